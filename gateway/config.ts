@@ -1,0 +1,216 @@
+import { isIP } from 'node:net';
+import { ConfigurationError } from '../lib/errors';
+import { DEFAULT_PUBLIC_KEY_HEADER } from '../lib/credentials';
+import { parseHostPort } from '../lib/rate-limit/redis-client';
+import { DEFAULT_TOKEN_TTL_SECONDS, MIN_TOKEN_SECRET_BYTES } from '../lib/tokens';
+
+/**
+ * The sample gateway's configuration, read from the environment once at start. Every invalid value
+ * is a `ConfigurationError` naming the variable; nothing invalid is replaced by a default.
+ */
+
+export type TrustProxy = false | number | readonly string[];
+
+export type RedisTarget =
+  | { kind: 'url'; url: string }
+  | { kind: 'cluster'; nodes: readonly string[]; password?: string }
+  | { kind: 'sentinel'; sentinels: readonly string[]; name: string; password?: string };
+
+export interface LimitsConfig {
+  /** Per account per window: wallets, payments, payouts. */
+  readonly payments: number;
+  /** Per account per window: the other authenticated routes. */
+  readonly authenticated: number;
+  /** Per client IP per window: `POST /checkout/`. */
+  readonly checkoutCreate: number;
+  /** Per client IP per window: `GET /checkout/:id/`. */
+  readonly checkoutRead: number;
+  /** Failed authentications per client IP per window. */
+  readonly authFailures: number;
+  readonly windowMs: number;
+}
+
+export interface GatewayConfig {
+  readonly port: number;
+  readonly host: string;
+  readonly redis: RedisTarget | undefined;
+  readonly redisPrefix: string;
+  readonly keysFile: string | undefined;
+  /** `undefined`: generate a random one (refused when `production`). */
+  readonly tokenSecret: string | undefined;
+  readonly tokenTtlSeconds: number;
+  readonly trustProxy: TrustProxy;
+  /** `undefined`: start the bundled stub upstream in-process. */
+  readonly upstreamUrl: string | undefined;
+  readonly upstreamTimeoutMs: number;
+  readonly publicKeyHeader: string;
+  readonly logLevel: string;
+  readonly production: boolean;
+  readonly expectedInstances: number;
+  readonly limits: LimitsConfig;
+}
+
+export const DEFAULT_LIMITS: LimitsConfig = {
+  payments: 1500,
+  authenticated: 100,
+  checkoutCreate: 30,
+  checkoutRead: 45,
+  authFailures: 20,
+  windowMs: 60_000,
+};
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+const HEADER_NAME = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
+const TRUST_KEYWORDS = new Set(['loopback', 'linklocal', 'uniquelocal']);
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+export function loadConfig(env: Env): GatewayConfig {
+  const production = env.NODE_ENV === 'production';
+  const tokenSecret = optional(env, 'TOLLGATE_TOKEN_SECRET');
+  if (tokenSecret !== undefined && Buffer.byteLength(tokenSecret, 'utf8') < MIN_TOKEN_SECRET_BYTES) {
+    fail('TOLLGATE_TOKEN_SECRET', `must be at least ${MIN_TOKEN_SECRET_BYTES} bytes`);
+  }
+  if (tokenSecret === undefined && production) {
+    fail('TOLLGATE_TOKEN_SECRET', 'is required when NODE_ENV=production (tokens must survive restarts and be shared by instances)');
+  }
+  const limits = {
+    ...DEFAULT_LIMITS,
+    authFailures: integer(env, 'TOLLGATE_AUTH_FAILURE_LIMIT', DEFAULT_LIMITS.authFailures, 1, 100_000),
+  };
+  return {
+    port: integer(env, 'PORT', 8080, 0, 65535),
+    host: host(env),
+    redis: redisTarget(env),
+    redisPrefix: redisPrefix(env),
+    keysFile: optional(env, 'TOLLGATE_KEYS_FILE'),
+    tokenSecret,
+    tokenTtlSeconds: integer(env, 'TOLLGATE_TOKEN_TTL_SECONDS', DEFAULT_TOKEN_TTL_SECONDS, 1, 86_400),
+    trustProxy: trustProxy(env),
+    upstreamUrl: upstreamUrl(env),
+    upstreamTimeoutMs: integer(env, 'TOLLGATE_UPSTREAM_TIMEOUT_MS', 10_000, 100, 300_000),
+    publicKeyHeader: publicKeyHeader(env),
+    logLevel: logLevel(env),
+    production,
+    expectedInstances: integer(env, 'TOLLGATE_EXPECTED_INSTANCES', 1, 1, 1000),
+    limits,
+  };
+}
+
+function fail(variable: string, problem: string): never {
+  throw new ConfigurationError(`${variable} ${problem}`);
+}
+
+/** Unset and empty are the same: not configured. */
+function optional(env: Env, name: string): string | undefined {
+  const value = env[name];
+  return value === undefined || value === '' ? undefined : value;
+}
+
+function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const value = optional(env, name);
+  if (value === undefined) return fallback;
+  if (!/^\d{1,9}$/.test(value) || Number(value) < min || Number(value) > max) {
+    fail(name, `must be a whole number from ${min} to ${max}, got ${JSON.stringify(value)}`);
+  }
+  return Number(value);
+}
+
+function host(env: Env): string {
+  const value = optional(env, 'HOST') ?? '127.0.0.1';
+  if (isIP(value) === 0 && !/^[A-Za-z0-9.-]{1,253}$/.test(value)) fail('HOST', `is not an address: ${JSON.stringify(value)}`);
+  return value;
+}
+
+function trustProxy(env: Env): TrustProxy {
+  const value = optional(env, 'TOLLGATE_TRUST_PROXY');
+  if (value === undefined) return false;
+  if (/^(true|false|yes|no|on|off)$/i.test(value)) {
+    fail('TOLLGATE_TRUST_PROXY', 'must be a hop count or a list of addresses; "true" would trust addresses the client writes');
+  }
+  if (/^\d+$/.test(value)) {
+    const hops = Number(value);
+    if (hops < 1 || hops > 10) fail('TOLLGATE_TRUST_PROXY', 'hop count must be from 1 to 10');
+    return hops;
+  }
+  const entries = value.split(',').map((entry) => entry.trim());
+  for (const entry of entries) {
+    const [address = '', prefix] = entry.split('/');
+    const validAddress = TRUST_KEYWORDS.has(entry) || isIP(address) !== 0;
+    const maxPrefix = isIP(address) === 4 ? 32 : 128;
+    const validPrefix = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) >= 1 && Number(prefix) <= maxPrefix);
+    if (!validAddress || !validPrefix || (TRUST_KEYWORDS.has(entry) === false && entry.split('/').length > 2)) {
+      fail('TOLLGATE_TRUST_PROXY', `entry ${JSON.stringify(entry)} is not an address, a CIDR range, loopback, linklocal or uniquelocal`);
+    }
+  }
+  return entries;
+}
+
+function upstreamUrl(env: Env): string | undefined {
+  const value = optional(env, 'TOLLGATE_UPSTREAM_URL');
+  if (value === undefined) return undefined;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return fail('TOLLGATE_UPSTREAM_URL', 'is not a URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') fail('TOLLGATE_UPSTREAM_URL', 'must be http:// or https://');
+  if (url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '') {
+    fail('TOLLGATE_UPSTREAM_URL', 'must have no query, fragment or credentials');
+  }
+  return url.toString().replace(/\/$/, '');
+}
+
+function publicKeyHeader(env: Env): string {
+  const value = optional(env, 'TOLLGATE_PUBLIC_KEY_HEADER') ?? DEFAULT_PUBLIC_KEY_HEADER;
+  if (!HEADER_NAME.test(value) || value.length > 64) fail('TOLLGATE_PUBLIC_KEY_HEADER', 'is not a valid header name');
+  const reserved = ['authorization', 'host', 'content-type', 'content-length', 'cookie', 'x-request-id'];
+  if (reserved.includes(value.toLowerCase()) || value.toLowerCase().startsWith('x-gateway-')) {
+    fail('TOLLGATE_PUBLIC_KEY_HEADER', `cannot be ${value}`);
+  }
+  return value;
+}
+
+function logLevel(env: Env): string {
+  const value = optional(env, 'LOG_LEVEL') ?? 'info';
+  if (!LOG_LEVELS.includes(value)) fail('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}`);
+  return value;
+}
+
+function redisPrefix(env: Env): string {
+  const value = optional(env, 'TOLLGATE_REDIS_PREFIX') ?? 'tollgate:rl:';
+  if (!/^[A-Za-z0-9:_.{}-]{1,64}$/.test(value)) fail('TOLLGATE_REDIS_PREFIX', 'must be 1 to 64 of letters, digits and : _ . - { }');
+  return value;
+}
+
+function redisTarget(env: Env): RedisTarget | undefined {
+  const url = optional(env, 'REDIS_URL');
+  const cluster = optional(env, 'REDIS_CLUSTER_NODES');
+  const sentinels = optional(env, 'REDIS_SENTINELS');
+  const password = optional(env, 'REDIS_PASSWORD');
+  const set = [url, cluster, sentinels].filter((value) => value !== undefined).length;
+  if (set > 1) fail('REDIS_URL', 'REDIS_CLUSTER_NODES and REDIS_SENTINELS are exclusive: set one');
+  if (url !== undefined) {
+    if (!/^rediss?:\/\/[^\s]+$/.test(url)) fail('REDIS_URL', 'must look like redis://host:6379');
+    try {
+      new URL(url);
+    } catch {
+      fail('REDIS_URL', 'is not a URL');
+    }
+    return { kind: 'url', url };
+  }
+  const list = (name: string, value: string): string[] => {
+    const nodes = value.split(',').map((node) => node.trim());
+    for (const node of nodes) parseHostPort(node, name);
+    return nodes;
+  };
+  const withPassword = password === undefined ? {} : { password };
+  if (cluster !== undefined) return { kind: 'cluster', nodes: list('REDIS_CLUSTER_NODES', cluster), ...withPassword };
+  if (sentinels !== undefined) {
+    const name = optional(env, 'REDIS_SENTINEL_NAME');
+    if (name === undefined) fail('REDIS_SENTINEL_NAME', 'is required with REDIS_SENTINELS');
+    return { kind: 'sentinel', sentinels: list('REDIS_SENTINELS', sentinels), name: name as string, ...withPassword };
+  }
+  return undefined;
+}

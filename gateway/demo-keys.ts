@@ -1,0 +1,56 @@
+import { generateKey } from '../lib/key-format';
+import { KeyRing, sha256 } from '../lib/key-store';
+import { ROLES, type Role } from '../lib/roles';
+
+/** A demo account with one key pair per role, for running the gateway without a keys file. */
+
+export interface DemoCredential {
+  readonly keyId: string;
+  readonly role: Role;
+  readonly publishableKey: string;
+  readonly secretKey: string;
+}
+
+export const DEMO_ACCOUNT_ID = 'acct_demo';
+
+export function createDemoKeys(): { ring: KeyRing; credentials: DemoCredential[] } {
+  const credentials = ROLES.map((role) => ({
+    keyId: `key_demo_${role.replace('-', '')}`,
+    role,
+    publishableKey: generateKey('publishable', 'test'),
+    secretKey: generateKey('secret', 'test'),
+  }));
+  const ring = KeyRing.fromDocument(
+    {
+      accounts: [
+        {
+          id: DEMO_ACCOUNT_ID,
+          keys: credentials.map((credential) => ({
+            id: credential.keyId,
+            publishableKey: credential.publishableKey,
+            secretKeySha256: sha256(credential.secretKey).toString('hex'),
+            role: credential.role,
+          })),
+        },
+      ],
+    },
+    'demo keys',
+  );
+  return { ring, credentials };
+}
+
+export function formatDemoCredentials(credentials: readonly DemoCredential[]): string {
+  const lines = [
+    '',
+    `Demo account ${DEMO_ACCOUNT_ID} (generated for this process only; set TOLLGATE_KEYS_FILE for real keys):`,
+  ];
+  for (const credential of credentials) {
+    lines.push(
+      `  ${credential.role.padEnd(13)} key id ${credential.keyId}`,
+      `      publishable ${credential.publishableKey}`,
+      `      secret      ${credential.secretKey}`,
+    );
+  }
+  lines.push('');
+  return lines.join('\n');
+}

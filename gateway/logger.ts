@@ -1,0 +1,30 @@
+import pino, { type DestinationStream, type Logger as PinoLogger } from 'pino';
+
+/**
+ * JSON logs on stdout. The kit never hands a credential to the logger; redaction is a second line
+ * of defence for fields that must never be printed should someone log a request object.
+ */
+export function createLogger(level: string, destination?: DestinationStream): PinoLogger {
+  return pino(
+    {
+      level,
+      base: { service: 'tollgate' },
+      timestamp: pino.stdTimeFunctions.isoTime,
+      redact: {
+        paths: [
+          'req.headers.authorization',
+          'headers.authorization',
+          'api_secret',
+          '*.api_secret',
+          'token',
+          '*.token',
+          'secret',
+          '*.secret',
+        ],
+        censor: '[redacted]',
+      },
+      formatters: { level: (label) => ({ level: label }) },
+    },
+    destination,
+  );
+}

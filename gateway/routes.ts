@@ -1,0 +1,38 @@
+import type { Role } from '../lib/roles';
+import type { CredentialKind } from '../lib/types';
+
+/**
+ * The sample gateway's routes: for each, the credentials it accepts, the minimum role and the
+ * rate-limit scope. `app.ts` builds every route from this table and nothing else.
+ */
+
+export type LimitScope = 'payments' | 'authenticated' | 'checkout-create' | 'checkout-read';
+
+export interface RouteSpec {
+  readonly method: 'GET' | 'POST';
+  /** Express path; matches with or without the trailing slash. */
+  readonly path: string;
+  /** `'key-pair'`: the token exchange, which reads the key pair from the body. */
+  readonly accept: readonly CredentialKind[] | 'key-pair';
+  readonly minimumRole?: Role;
+  readonly scope: LimitScope;
+}
+
+const BEARER: readonly CredentialKind[] = ['secret', 'token'];
+
+export const ROUTES: readonly RouteSpec[] = [
+  { method: 'POST', path: '/api/v1/auth/generate-token/', accept: 'key-pair', scope: 'authenticated' },
+  { method: 'GET', path: '/api/v1/wallets/', accept: BEARER, minimumRole: 'level-1', scope: 'payments' },
+  { method: 'GET', path: '/api/v1/transactions/', accept: BEARER, minimumRole: 'level-1', scope: 'authenticated' },
+  { method: 'GET', path: '/api/v1/transactions/:id/', accept: BEARER, minimumRole: 'level-1', scope: 'authenticated' },
+  { method: 'POST', path: '/api/v1/payment/status/', accept: ['publishable', 'secret', 'token'], scope: 'payments' },
+  { method: 'POST', path: '/api/v1/checkout/', accept: ['publishable'], scope: 'checkout-create' },
+  { method: 'GET', path: '/api/v1/checkout/:id/', accept: ['publishable'], scope: 'checkout-read' },
+  { method: 'POST', path: '/api/v1/payouts/', accept: BEARER, minimumRole: 'level-2', scope: 'payments' },
+  { method: 'POST', path: '/api/v1/payouts/:id/approve/', accept: BEARER, minimumRole: 'level-3', scope: 'payments' },
+  { method: 'POST', path: '/api/v1/otp/confirm/', accept: BEARER, minimumRole: 'level-3', scope: 'authenticated' },
+  { method: 'POST', path: '/api/v1/chargebacks/', accept: BEARER, minimumRole: 'level-2', scope: 'authenticated' },
+];
+
+/** Path parameters are opaque ids; anything else (`..`, `%2F`, spaces) is not a route: 404. */
+export const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;

@@ -1,0 +1,143 @@
+import { randomBytes } from 'node:crypto';
+import type http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { FileKeyStore, type KeyStore } from '../lib/key-store';
+import { createLimiterRedis, type LimiterRedisConnection } from '../lib/rate-limit/redis-client';
+import { TokenService } from '../lib/tokens';
+import type { Logger } from '../lib/types';
+import { createApp, type GatewayApp } from './app';
+import type { GatewayConfig, RedisTarget } from './config';
+import { createDemoKeys, formatDemoCredentials } from './demo-keys';
+import { startStubUpstream } from './stub-upstream';
+
+/**
+ * Starts the sample gateway from a validated configuration: keys, token service, Redis, the stub
+ * upstream when no upstream is configured, and the HTTP server. `stop()` drains: it stops
+ * accepting connections, lets in-flight requests finish (up to `drainMs`), then closes the rest.
+ */
+
+export interface RunningGateway {
+  readonly server: http.Server;
+  readonly url: string;
+  readonly app: GatewayApp;
+  readonly keyStore: KeyStore;
+  /** Re-reads the keys file (SIGHUP); resolves false, keeping the old keys, when it fails. */
+  reloadKeys(): Promise<boolean>;
+  stop(drainMs?: number): Promise<void>;
+}
+
+export interface StartOptions {
+  logger: Logger;
+  /** Where the demo credentials are printed (once, never through the logger). */
+  print: (text: string) => void;
+}
+
+export async function startGateway(config: GatewayConfig, options: StartOptions): Promise<RunningGateway> {
+  const { logger } = options;
+  let keyStore: KeyStore;
+  let fileStore: FileKeyStore | undefined;
+  if (config.keysFile === undefined) {
+    const demo = createDemoKeys();
+    keyStore = demo.ring;
+    options.print(formatDemoCredentials(demo.credentials));
+  } else {
+    fileStore = await FileKeyStore.load(config.keysFile);
+    keyStore = fileStore;
+  }
+
+  if (config.tokenSecret === undefined) {
+    logger.warn({ event: 'config.token_secret' }, 'TOLLGATE_TOKEN_SECRET is not set: tokens are signed with a random per-process secret and die with the process');
+  }
+  const tokens = new TokenService({
+    secret: config.tokenSecret ?? randomBytes(48).toString('base64'),
+    ttlSeconds: config.tokenTtlSeconds,
+  });
+
+  const stub = config.upstreamUrl === undefined ? await startStubUpstream() : undefined;
+  const upstreamUrl = config.upstreamUrl ?? stub?.url ?? '';
+
+  const redis = config.redis === undefined ? undefined : connectRedis(config.redis);
+  redis?.health.on('change', (state, reason) => {
+    if (state === 'degraded') {
+      logger.warn({ event: 'rate_limit.degraded', reason }, 'Redis unusable: rate limits are counted in process memory until it answers again');
+    } else {
+      logger.info({ event: 'rate_limit.shared' }, 'Redis answers again: rate limits are shared');
+    }
+  });
+
+  const app = createApp({
+    keyStore,
+    tokens,
+    upstreamUrl,
+    logger,
+    redis,
+    redisPrefix: config.redisPrefix,
+    limits: config.limits,
+    expectedInstances: config.expectedInstances,
+    trustProxy: config.trustProxy,
+    publicKeyHeader: config.publicKeyHeader,
+    upstreamTimeoutMs: config.upstreamTimeoutMs,
+  });
+
+  const server = app.listen(config.port, config.host);
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  server.requestTimeout = 30_000;
+  const address = server.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const url = `http://${host}:${address.port}`;
+  logger.info({
+    event: 'gateway.started',
+    url,
+    upstream: stub === undefined ? 'configured' : 'bundled stub',
+    rate_limits: config.redis === undefined ? 'memory' : config.redis.kind,
+    keys: fileStore === undefined ? 'demo' : 'file',
+  }, `Tollgate listening on ${url}`);
+
+  return {
+    server,
+    url,
+    app,
+    keyStore,
+    reloadKeys: async () => {
+      if (fileStore === undefined) return true;
+      try {
+        const count = await fileStore.reload();
+        logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
+        return true;
+      } catch (error) {
+        logger.error({ event: 'keys.reload_failed', reason: (error as Error).message }, 'keys file not reloaded; the previous keys stay in force');
+        return false;
+      }
+    },
+    stop: async (drainMs = 10_000) => {
+      await drain(server, drainMs);
+      app.shutdown();
+      await redis?.close();
+      if (stub !== undefined) await drain(stub.server, 1000);
+    },
+  };
+}
+
+function connectRedis(target: RedisTarget): LimiterRedisConnection {
+  switch (target.kind) {
+    case 'url':
+      return createLimiterRedis({ url: target.url });
+    case 'cluster':
+      return createLimiterRedis({ clusterNodes: target.nodes, password: target.password });
+    case 'sentinel':
+      return createLimiterRedis({ sentinels: target.sentinels, sentinelName: target.name, password: target.password });
+  }
+}
+
+async function drain(server: http.Server, drainMs: number): Promise<void> {
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  server.closeIdleConnections();
+  const timer = setTimeout(() => server.closeAllConnections(), drainMs);
+  await closed;
+  clearTimeout(timer);
+}

@@ -1,0 +1,146 @@
+/**
+ * Every failure the kit reports is a `GatewayError`: an HTTP status, a stable machine-readable
+ * `code` and a message that is safe to show to the client. The error handler (`error-handler.ts`)
+ * is the only place that turns one into a response.
+ */
+
+export const ERROR_CODES = [
+  'invalid_request',
+  'missing_credentials',
+  'invalid_api_key',
+  'invalid_credentials',
+  'invalid_token',
+  'expired_token',
+  'credential_not_allowed',
+  'insufficient_role',
+  'ip_not_whitelisted',
+  'not_found',
+  'method_not_allowed',
+  'payload_too_large',
+  'unsupported_media_type',
+  'rate_limited',
+  'upstream_unavailable',
+  'upstream_timeout',
+  'internal_error',
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export class GatewayError extends Error {
+  override readonly name: string = 'GatewayError';
+
+  constructor(
+    readonly status: number,
+    readonly code: ErrorCode,
+    message: string,
+    /** Extra response headers (`Allow`, `Retry-After`, `WWW-Authenticate`). */
+    readonly headers: Readonly<Record<string, string>> = {},
+  ) {
+    super(message);
+  }
+}
+
+export class InvalidRequestError extends GatewayError {
+  override readonly name = 'InvalidRequestError';
+  constructor(message: string) {
+    super(400, 'invalid_request', message);
+  }
+}
+
+const AUTHENTICATION_MESSAGES = {
+  missing_credentials: 'Authentication required',
+  invalid_api_key: 'Invalid API key',
+  invalid_credentials: 'Invalid API key or secret',
+  invalid_token: 'Invalid token',
+  expired_token: 'Expired token',
+  credential_not_allowed: 'This credential is not accepted on this route',
+} as const;
+
+/** A 401. `code` says which: missing, wrong API key, wrong pair, bad or expired token, wrong kind. */
+export class AuthenticationError extends GatewayError {
+  override readonly name = 'AuthenticationError';
+  constructor(
+    code:
+      | 'missing_credentials'
+      | 'invalid_api_key'
+      | 'invalid_credentials'
+      | 'invalid_token'
+      | 'expired_token'
+      | 'credential_not_allowed',
+    message: string = AUTHENTICATION_MESSAGES[code],
+  ) {
+    super(401, code, message, { 'WWW-Authenticate': 'Bearer' });
+  }
+}
+
+export class IpNotWhitelistedError extends GatewayError {
+  override readonly name = 'IpNotWhitelistedError';
+  constructor() {
+    super(403, 'ip_not_whitelisted', 'Access denied: IP not whitelisted.');
+  }
+}
+
+export class InsufficientRoleError extends GatewayError {
+  override readonly name = 'InsufficientRoleError';
+  constructor(required: string) {
+    super(403, 'insufficient_role', `This action requires the role ${required} or higher`);
+  }
+}
+
+export class NotFoundError extends GatewayError {
+  override readonly name = 'NotFoundError';
+  constructor() {
+    super(404, 'not_found', 'Not found');
+  }
+}
+
+export class MethodNotAllowedError extends GatewayError {
+  override readonly name = 'MethodNotAllowedError';
+  constructor(allowed: readonly string[]) {
+    super(405, 'method_not_allowed', 'Method not allowed', { Allow: allowed.join(', ') });
+  }
+}
+
+export class PayloadTooLargeError extends GatewayError {
+  override readonly name = 'PayloadTooLargeError';
+  constructor() {
+    super(413, 'payload_too_large', 'Request body too large');
+  }
+}
+
+export class UnsupportedMediaTypeError extends GatewayError {
+  override readonly name = 'UnsupportedMediaTypeError';
+  constructor(message = 'Content-Type must be application/json') {
+    super(415, 'unsupported_media_type', message);
+  }
+}
+
+export class RateLimitedError extends GatewayError {
+  override readonly name = 'RateLimitedError';
+  constructor(readonly retryAfterSeconds: number) {
+    super(429, 'rate_limited', 'Too many requests', { 'Retry-After': String(retryAfterSeconds) });
+  }
+}
+
+export class UpstreamError extends GatewayError {
+  override readonly name = 'UpstreamError';
+  constructor(kind: 'unavailable' | 'timeout') {
+    super(
+      kind === 'timeout' ? 504 : 502,
+      kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable',
+      kind === 'timeout' ? 'The payments service did not answer in time' : 'The payments service is unavailable',
+    );
+  }
+}
+
+export class InternalError extends GatewayError {
+  override readonly name = 'InternalError';
+  constructor() {
+    super(500, 'internal_error', 'Internal error');
+  }
+}
+
+/** Thrown at creation time for invalid options or configuration: fail fast, name the culprit. */
+export class ConfigurationError extends Error {
+  override readonly name = 'ConfigurationError';
+}

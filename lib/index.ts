@@ -1,0 +1,58 @@
+export type { AuthContext, CredentialKind, Logger } from './types';
+export { CREDENTIAL_KINDS } from './types';
+export * from './errors';
+export { ROLES, OWNER_ROLE, type Role, isRole, roleRank, roleSatisfies, requireRole } from './roles';
+export { canonicalClientIp, parseCidrEntry, type CidrRange } from './ip-address';
+export { IpWhitelist, requireWhitelistedIp, type IpWhitelistOptions } from './ip-whitelist';
+export { generateKey, keyShape, keyPrefixType, type KeyShape, type KeyType, type KeyEnvironment } from './key-format';
+export { KeyRing, FileKeyStore, sha256, type KeyRecord, type KeyStore } from './key-store';
+export {
+  TokenService,
+  DEFAULT_TOKEN_TTL_SECONDS,
+  MIN_TOKEN_SECRET_BYTES,
+  type TokenServiceOptions,
+  type TokenClaims,
+  type IssuedToken,
+} from './tokens';
+export {
+  authenticate,
+  presentedCredential,
+  DEFAULT_PUBLIC_KEY_HEADER,
+  type AuthenticateOptions,
+  type SecurityEvent,
+  type PresentedCredential,
+} from './credentials';
+export { authenticateKeyPair, issueToken, type KeyPairOptions, type IssueTokenOptions } from './token-exchange';
+export { requestId, clientIp } from './request-context';
+export { jsonBody, parseJsonObject, DEFAULT_BODY_LIMIT, type JsonBodyOptions } from './json-body';
+export { errorHandler, toGatewayError, notFound, methodNotAllowed, type ErrorHandlerOptions } from './error-handler';
+export {
+  createRateLimiter,
+  retryAfterSeconds,
+  DEFAULT_WINDOW_MS,
+  DEFAULT_PREFIX,
+  type RateLimiter,
+  type RateLimiterOptions,
+  type LimitKey,
+  type LimiterRedis,
+} from './rate-limit/limiter';
+export {
+  createAuthFailureLimiter,
+  DEFAULT_AUTH_FAILURE_LIMIT,
+  type AuthFailureLimiter,
+  type AuthFailureLimiterOptions,
+} from './rate-limit/auth-failures';
+export { ResilientStore, type ResilientStoreOptions } from './rate-limit/resilient-store';
+export { RedisHealth, type SharedStoreState, type RedisHealthOptions } from './rate-limit/redis-health';
+export {
+  redisCommandFn,
+  RedisUnavailableError,
+  scriptSha1,
+  type RedisCommandFn,
+  type RedisCommandClient,
+} from './rate-limit/redis-commands';
+export {
+  createLimiterRedis,
+  type LimiterRedisOptions,
+  type LimiterRedisConnection,
+} from './rate-limit/redis-client';

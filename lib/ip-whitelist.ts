@@ -1,0 +1,81 @@
+import type { RequestHandler } from 'express';
+import ipRangeCheck from 'ip-range-check';
+import { ConfigurationError, IpNotWhitelistedError } from './errors';
+import { type CidrRange, formatCidr, parseCidrEntry } from './ip-address';
+import type { CredentialKind } from './types';
+
+/** A list of addresses and CIDR ranges, validated and canonicalised once, matched per request. */
+export class IpWhitelist {
+  private readonly ranges: readonly string[];
+
+  private constructor(ranges: readonly CidrRange[]) {
+    this.ranges = [...new Set(ranges.map(formatCidr))];
+  }
+
+  /**
+   * Parses a whitelist. Throws a `ConfigurationError` naming the first bad entry; an empty list is
+   * an error too (to allow every address, have no whitelist).
+   */
+  static parse(entries: unknown, where = 'ipWhitelist'): IpWhitelist {
+    if (!Array.isArray(entries)) throw new ConfigurationError(`${where}: must be an array`);
+    if (entries.length === 0) {
+      throw new ConfigurationError(
+        `${where}: is empty, which would deny every address; leave it out to allow all`,
+      );
+    }
+    const ranges = entries.map((entry: unknown, index) => {
+      const parsed = parseCidrEntry(entry);
+      if ('error' in parsed) {
+        throw new ConfigurationError(`${where}[${index}] ${JSON.stringify(entry)} ${parsed.error}`);
+      }
+      return parsed;
+    });
+    return new IpWhitelist(ranges);
+  }
+
+  /** `ip` must be a canonical client address (see `canonicalClientIp`); anything else is denied. */
+  allows(ip: string | undefined): boolean {
+    if (ip === undefined) return false;
+    return ipRangeCheck(ip, this.ranges as string[]);
+  }
+
+  /** The canonical entries, for logs at start-up and tests. */
+  entries(): readonly string[] {
+    return this.ranges;
+  }
+}
+
+export interface IpWhitelistOptions {
+  /**
+   * A fixed whitelist for every request. Defaults to the authenticated account's own whitelist
+   * (`req.auth.ipWhitelist`); a request whose account has none is not restricted.
+   */
+  whitelist?: IpWhitelist | readonly string[];
+  /** Which credentials are restricted. Defaults to `['secret', 'token']`, as the seed says. */
+  credentials?: readonly CredentialKind[];
+}
+
+/**
+ * Refuses with 403 `ip_not_whitelisted` a request from an address outside the whitelist.
+ * Mount it after `clientIp()` and `authenticate()`.
+ */
+export function requireWhitelistedIp(options: IpWhitelistOptions = {}): RequestHandler {
+  const fixed =
+    options.whitelist === undefined || options.whitelist instanceof IpWhitelist
+      ? options.whitelist
+      : IpWhitelist.parse(options.whitelist, 'requireWhitelistedIp({ whitelist })');
+  const restricted = new Set<CredentialKind>(options.credentials ?? ['secret', 'token']);
+  return function requireWhitelistedIpMiddleware(req, _res, next) {
+    const auth = req.auth;
+    if (auth !== undefined && !restricted.has(auth.credential)) {
+      next();
+      return;
+    }
+    const whitelist = fixed ?? auth?.ipWhitelist;
+    if (whitelist === undefined || whitelist.allows(req.clientIp)) {
+      next();
+      return;
+    }
+    next(new IpNotWhitelistedError());
+  };
+}

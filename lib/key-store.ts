@@ -1,0 +1,137 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { ConfigurationError } from './errors';
+import type { IpWhitelist } from './ip-whitelist';
+import { parseKeysDocument } from './keys-file';
+import type { Role } from './roles';
+
+/** One API key pair as the server knows it. The secret itself is never held, only its SHA-256. */
+export interface KeyRecord {
+  readonly id: string;
+  readonly accountId: string;
+  readonly role: Role;
+  readonly publishableKey: string;
+  readonly secretKeySha256: Buffer;
+  readonly revoked: boolean;
+  /** The account's whitelist, shared by all its keys; `undefined`: not restricted. */
+  readonly ipWhitelist: IpWhitelist | undefined;
+}
+
+type MaybePromise<T> = T | Promise<T>;
+
+/**
+ * Where keys are looked up. Implement it over a database to replace the keys file; every method
+ * may return a promise. Revoked keys are returned with `revoked: true`: callers refuse them.
+ */
+export interface KeyStore {
+  /** The key whose secret has this value, compared by SHA-256 digest in constant time. */
+  findBySecretKey(secretKey: string): MaybePromise<KeyRecord | undefined>;
+  /** The key pair when `secretKey` belongs to `publishableKey`; the same time whether or not. */
+  findByKeyPair(publishableKey: string, secretKey: string): MaybePromise<KeyRecord | undefined>;
+  findByPublishableKey(publishableKey: string): MaybePromise<KeyRecord | undefined>;
+  findById(keyId: string): MaybePromise<KeyRecord | undefined>;
+}
+
+export function sha256(value: string): Buffer {
+  return createHash('sha256').update(value, 'utf8').digest();
+}
+
+/** Compared against when a publishable key is unknown, so that case takes the same time. */
+const ABSENT_DIGEST = sha256('tollgate: no such key');
+
+/** An immutable, indexed set of key records. */
+export class KeyRing implements KeyStore {
+  private readonly bySecretDigest = new Map<string, KeyRecord>();
+  private readonly byPublishableKey = new Map<string, KeyRecord>();
+  private readonly byId = new Map<string, KeyRecord>();
+
+  constructor(readonly records: readonly KeyRecord[]) {
+    for (const record of records) {
+      this.bySecretDigest.set(record.secretKeySha256.toString('hex'), record);
+      this.byPublishableKey.set(record.publishableKey, record);
+      this.byId.set(record.id, record);
+    }
+  }
+
+  /** Parses a keys document (the JSON of the keys file); throws `ConfigurationError` on any fault. */
+  static fromDocument(document: unknown, source = 'keys file'): KeyRing {
+    return new KeyRing(parseKeysDocument(document, source));
+  }
+
+  findBySecretKey(secretKey: string): KeyRecord | undefined {
+    const digest = sha256(secretKey);
+    const record = this.bySecretDigest.get(digest.toString('hex'));
+    return record !== undefined && timingSafeEqual(digest, record.secretKeySha256)
+      ? record
+      : undefined;
+  }
+
+  findByKeyPair(publishableKey: string, secretKey: string): KeyRecord | undefined {
+    const record = this.byPublishableKey.get(publishableKey);
+    const matches = timingSafeEqual(sha256(secretKey), record?.secretKeySha256 ?? ABSENT_DIGEST);
+    return matches ? record : undefined;
+  }
+
+  findByPublishableKey(publishableKey: string): KeyRecord | undefined {
+    return this.byPublishableKey.get(publishableKey);
+  }
+
+  findById(keyId: string): KeyRecord | undefined {
+    return this.byId.get(keyId);
+  }
+}
+
+/**
+ * The keys file (see the README): loaded at start, swapped whole on `reload()`. A file that fails
+ * to load leaves the keys in force unchanged, so a bad edit never locks everyone out.
+ */
+export class FileKeyStore implements KeyStore {
+  private constructor(
+    readonly path: string,
+    private ring: KeyRing,
+  ) {}
+
+  /** Reads and validates the file; rejects with a `ConfigurationError` naming the bad entry. */
+  static async load(path: string): Promise<FileKeyStore> {
+    return new FileKeyStore(path, await readKeyRing(path));
+  }
+
+  /** Re-reads the file. On failure the previous keys stay in force and the error is thrown. */
+  async reload(): Promise<number> {
+    this.ring = await readKeyRing(this.path);
+    return this.ring.records.length;
+  }
+
+  findBySecretKey(secretKey: string): KeyRecord | undefined {
+    return this.ring.findBySecretKey(secretKey);
+  }
+
+  findByKeyPair(publishableKey: string, secretKey: string): KeyRecord | undefined {
+    return this.ring.findByKeyPair(publishableKey, secretKey);
+  }
+
+  findByPublishableKey(publishableKey: string): KeyRecord | undefined {
+    return this.ring.findByPublishableKey(publishableKey);
+  }
+
+  findById(keyId: string): KeyRecord | undefined {
+    return this.ring.findById(keyId);
+  }
+}
+
+async function readKeyRing(path: string): Promise<KeyRing> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code ?? 'read error';
+    throw new ConfigurationError(`keys file ${path}: cannot be read (${code})`);
+  }
+  let document: unknown;
+  try {
+    document = JSON.parse(text);
+  } catch {
+    throw new ConfigurationError(`keys file ${path}: is not valid JSON`);
+  }
+  return KeyRing.fromDocument(document, path);
+}

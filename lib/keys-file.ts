@@ -1,0 +1,122 @@
+import { ConfigurationError } from './errors';
+import { IpWhitelist } from './ip-whitelist';
+import { keyShape } from './key-format';
+import type { KeyRecord } from './key-store';
+import { OWNER_ROLE, parseRole } from './roles';
+
+/**
+ * Validation of the keys document:
+ *
+ *     { "accounts": [ { "id", "ipWhitelist"?, "keys": [ { "id", "publishableKey",
+ *                                                          "secretKeySha256", "role"?, "revoked"? } ] } ] }
+ *
+ * Every fault is a `ConfigurationError` naming the entry (`accounts[0].keys[1].role: …`). Unknown
+ * fields are faults too: a misspelt `ipWhitelist` must not silently lift a restriction.
+ */
+
+const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
+const DIGEST_PATTERN = /^[0-9a-f]{64}$/;
+const ACCOUNT_FIELDS = new Set(['id', 'ipWhitelist', 'keys']);
+const KEY_FIELDS = new Set(['id', 'publishableKey', 'secretKeySha256', 'role', 'revoked']);
+
+export function parseKeysDocument(document: unknown, source: string): KeyRecord[] {
+  const fail = (where: string, problem: string): never => {
+    throw new ConfigurationError(`${source}: ${where}: ${problem}`);
+  };
+  const root = asObject(document, 'the document', new Set(['accounts']), fail);
+  const accounts = root.accounts;
+  if (!Array.isArray(accounts) || accounts.length === 0) {
+    return fail('accounts', 'must be a non-empty array');
+  }
+
+  const records: KeyRecord[] = [];
+  const seen = { accounts: new Set<string>(), keys: new Set<string>(), pks: new Set<string>() };
+  const digests = new Set<string>();
+  accounts.forEach((accountValue: unknown, a) => {
+    const where = `accounts[${a}]`;
+    const account = asObject(accountValue, where, ACCOUNT_FIELDS, fail);
+    const accountId = identifier(account.id, `${where}.id`, fail);
+    if (seen.accounts.has(accountId)) fail(`${where}.id`, `duplicate account id "${accountId}"`);
+    seen.accounts.add(accountId);
+
+    let ipWhitelist: IpWhitelist | undefined;
+    if (account.ipWhitelist !== undefined) {
+      try {
+        ipWhitelist = IpWhitelist.parse(account.ipWhitelist, `${where}.ipWhitelist`);
+      } catch (error) {
+        throw new ConfigurationError(`${source}: ${(error as Error).message}`);
+      }
+    }
+
+    if (!Array.isArray(account.keys) || account.keys.length === 0) {
+      fail(`${where}.keys`, 'must be a non-empty array');
+    }
+    (account.keys as unknown[]).forEach((keyValue, k) => {
+      const at = `${where}.keys[${k}]`;
+      const key = asObject(keyValue, at, KEY_FIELDS, fail);
+      const id = identifier(key.id, `${at}.id`, fail);
+      if (seen.keys.has(id)) fail(`${at}.id`, `duplicate key id "${id}"`);
+      seen.keys.add(id);
+
+      const publishableKey = key.publishableKey;
+      if (typeof publishableKey !== 'string') fail(`${at}.publishableKey`, 'must be a string');
+      const pk = publishableKey as string;
+      const shape = keyShape(pk);
+      if (shape === 'malformed') {
+        fail(`${at}.publishableKey`, 'must be 20 to 200 printable ASCII characters, no spaces');
+      }
+      if (shape === 'corrupt') fail(`${at}.publishableKey`, 'has a wrong checksum');
+      if (pk.startsWith('sk_')) fail(`${at}.publishableKey`, 'is a secret key (sk_ prefix)');
+      if (seen.pks.has(pk)) fail(`${at}.publishableKey`, 'duplicate publishable key');
+      seen.pks.add(pk);
+
+      const digest = key.secretKeySha256;
+      if (typeof digest !== 'string' || !DIGEST_PATTERN.test(digest)) {
+        fail(`${at}.secretKeySha256`, 'must be 64 lowercase hexadecimal characters');
+      }
+      if (digests.has(digest as string)) fail(`${at}.secretKeySha256`, 'duplicate secret key');
+      digests.add(digest as string);
+
+      const role = key.role === undefined ? OWNER_ROLE : parseRole(key.role, `${source}: ${at}.role`);
+      if (key.revoked !== undefined && typeof key.revoked !== 'boolean') {
+        fail(`${at}.revoked`, 'must be true or false');
+      }
+      records.push({
+        id,
+        accountId,
+        role,
+        publishableKey: pk,
+        secretKeySha256: Buffer.from(digest as string, 'hex'),
+        revoked: key.revoked === true,
+        ipWhitelist,
+      });
+    });
+  });
+  return records;
+}
+
+type Fail = (where: string, problem: string) => never;
+
+function asObject(
+  value: unknown,
+  where: string,
+  allowed: ReadonlySet<string>,
+  fail: Fail,
+): Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return fail(where, 'must be an object');
+  }
+  for (const field of Object.keys(value)) {
+    if (!allowed.has(field)) {
+      fail(where, `unknown field "${field}" (expected ${[...allowed].join(', ')})`);
+    }
+  }
+  return value as Record<string, unknown>;
+}
+
+function identifier(value: unknown, where: string, fail: Fail): string {
+  if (typeof value !== 'string' || !ID_PATTERN.test(value)) {
+    return fail(where, 'must be 1 to 64 characters of letters, digits, "_", ".", ":" or "-"');
+  }
+  return value;
+}

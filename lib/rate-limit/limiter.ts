@@ -1,0 +1,111 @@
+import type { Request, RequestHandler } from 'express';
+import { ipKeyGenerator, rateLimit, type Store } from 'express-rate-limit';
+import { RedisStore } from 'rate-limit-redis';
+import { ConfigurationError, RateLimitedError } from '../errors';
+import { type RedisCommandClient, redisCommandFn } from './redis-commands';
+import type { RedisHealth } from './redis-health';
+import { ResilientStore } from './resilient-store';
+
+/**
+ * A fixed-window limiter for one scope, built on express-rate-limit. With `redis`, counts live in
+ * Redis (rate-limit-redis, one atomic script call per request) and fall back to process memory
+ * while Redis is unusable; without it, they live in memory. A refused request goes to `next()` as
+ * a `RateLimitedError` (429 with `Retry-After`); every counted response carries the IETF
+ * `RateLimit` and `RateLimit-Policy` headers.
+ */
+
+/** A shared Redis connection for limiters: the client and the health tracker built on it. */
+export interface LimiterRedis {
+  client: RedisCommandClient;
+  health: RedisHealth;
+}
+
+export type LimitKey = 'account' | 'ip' | ((req: Request) => string);
+
+export interface RateLimiterOptions {
+  /** The scope's name: in the `RateLimit` headers and the Redis key prefix. */
+  name: string;
+  /** Requests admitted per window. */
+  limit: number;
+  /** Window length in milliseconds. Defaults to 60 000. */
+  windowMs?: number;
+  /**
+   * What is counted: `'account'` (the authenticated account; an unauthenticated request by its
+   * client IP), `'ip'` (the client IP, IPv6 by /56 network) or a function. Defaults to `'account'`.
+   */
+  key?: LimitKey;
+  /** Shared counters in Redis. Defaults to none: in-memory counters. */
+  redis?: LimiterRedis | undefined;
+  /** Prefix of every Redis key. Defaults to `tollgate:rl:`; the scope name is appended. */
+  prefix?: string;
+  /** Gateway instances expected to share the limit, used while Redis is unusable. Defaults to 1. */
+  expectedInstances?: number;
+  /** Where express-rate-limit reports misconfiguration. Defaults to the console. */
+  logger?: { warn: (error: unknown, message?: string) => void; error: (error: unknown, message?: string) => void };
+}
+
+export interface RateLimiter {
+  readonly middleware: RequestHandler;
+  readonly store: ResilientStore;
+}
+
+export const DEFAULT_WINDOW_MS = 60_000;
+export const DEFAULT_PREFIX = 'tollgate:rl:';
+const NAME_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
+
+export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
+  const { name, limit } = options;
+  const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
+  if (!NAME_PATTERN.test(name)) {
+    throw new ConfigurationError(`createRateLimiter(): name ${JSON.stringify(name)} must match ${NAME_PATTERN}`);
+  }
+  if (!Number.isInteger(limit) || limit < 1) {
+    throw new ConfigurationError(`createRateLimiter(${name}): limit must be a whole number of at least 1`);
+  }
+  if (!Number.isInteger(windowMs) || windowMs < 1000) {
+    throw new ConfigurationError(`createRateLimiter(${name}): windowMs must be a whole number of at least 1000`);
+  }
+  const prefix = `${options.prefix ?? DEFAULT_PREFIX}${name}:`;
+  const store = new ResilientStore({
+    limit,
+    prefix,
+    expectedInstances: options.expectedInstances,
+    shared:
+      options.redis === undefined
+        ? undefined
+        : {
+            store: new RedisStore({ sendCommand: redisCommandFn(options.redis.client), prefix }),
+            health: options.redis.health,
+          },
+  });
+  const keyOf = limitKeyFunction(options.key ?? 'account');
+  const middleware = rateLimit({
+    windowMs,
+    limit,
+    store: store as Store,
+    identifier: name,
+    standardHeaders: 'draft-8',
+    legacyHeaders: false,
+    keyGenerator: keyOf,
+    handler: (req, _res, next) => {
+      const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;
+      next(new RateLimitedError(retryAfterSeconds(resetTime, windowMs)));
+    },
+    validate: { trustProxy: false, xForwardedForHeader: false, forwardedHeader: false, ip: false },
+    ...(options.logger === undefined ? {} : { logger: options.logger }),
+  });
+  return { middleware, store };
+}
+
+/** Whole seconds until `resetTime`, rounded up and at least 1: never earlier than the real reset. */
+export function retryAfterSeconds(resetTime: Date | number | undefined, windowMs: number, now = Date.now()): number {
+  const reset = resetTime === undefined ? now + windowMs : Number(resetTime);
+  return Math.max(1, Math.ceil((reset - now) / 1000));
+}
+
+function limitKeyFunction(key: LimitKey): (req: Request) => string {
+  if (typeof key === 'function') return key;
+  const byIp = (req: Request): string => `ip:${ipKeyGenerator(req.clientIp ?? req.ip ?? 'unknown', 56)}`;
+  if (key === 'ip') return byIp;
+  return (req) => (req.auth === undefined ? byIp(req) : `account:${req.auth.accountId}`);
+}

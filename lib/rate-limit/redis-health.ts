@@ -1,0 +1,91 @@
+import { EventEmitter } from 'node:events';
+
+/**
+ * Whether the shared (Redis) counters can be used right now. Limiters ask `usable` before each
+ * command; a failed command opens a short cool-down so that, while Redis hangs, one request per
+ * cool-down pays the command timeout instead of every request. State changes are reported once
+ * per outage, not per request.
+ */
+
+export type SharedStoreState = 'shared' | 'degraded';
+
+export interface RedisHealthEvents {
+  change: [state: SharedStoreState, reason: string | undefined];
+}
+
+/** The part of an ioredis client that tells its connection state. */
+export interface RedisStatusSource {
+  readonly status: string;
+  on(event: 'ready' | 'error' | 'end' | 'close', listener: (error?: unknown) => void): unknown;
+}
+
+export interface RedisHealthOptions {
+  /** How long to skip Redis after a failed command. Defaults to 1000 ms. */
+  coolDownMs?: number;
+  now?: () => number;
+}
+
+export class RedisHealth extends EventEmitter<RedisHealthEvents> {
+  private degradedSince: number | undefined;
+  private coolDownUntil = 0;
+  private readonly coolDownMs: number;
+  private readonly now: () => number;
+
+  constructor(
+    private readonly client: RedisStatusSource,
+    options: RedisHealthOptions = {},
+  ) {
+    super();
+    this.coolDownMs = options.coolDownMs ?? 1000;
+    this.now = options.now ?? Date.now;
+    // ioredis emits 'error' on every failed connection attempt; an unheard 'error' would crash.
+    client.on('error', (error) => {
+      this.failed(error);
+    });
+    client.on('close', () => {
+      this.failed(undefined, 'connection closed');
+    });
+    client.on('ready', () => {
+      this.coolDownUntil = 0;
+      this.succeeded();
+    });
+    if (client.status !== 'ready') this.failed(undefined, `not connected (${client.status})`);
+  }
+
+  get state(): SharedStoreState {
+    return this.degradedSince === undefined && this.client.status === 'ready' ? 'shared' : 'degraded';
+  }
+
+  /** Since when the shared store has been unusable (ms since epoch), or `undefined`. */
+  get degradedAt(): number | undefined {
+    return this.degradedSince;
+  }
+
+  /** True when a command may be sent: connected, and not cooling down after a failure. */
+  get usable(): boolean {
+    return this.client.status === 'ready' && this.now() >= this.coolDownUntil;
+  }
+
+  failed(error: unknown, reason: string = describe(error)): void {
+    this.coolDownUntil = this.now() + this.coolDownMs;
+    if (this.degradedSince !== undefined) return;
+    this.degradedSince = this.now();
+    this.emit('change', 'degraded', reason);
+  }
+
+  succeeded(): void {
+    if (this.degradedSince === undefined) return;
+    this.degradedSince = undefined;
+    this.emit('change', 'shared', undefined);
+  }
+}
+
+/** A short, safe description: an error code or class name, never a library's full message. */
+function describe(error: unknown): string {
+  if (typeof error === 'object' && error !== null) {
+    const code = (error as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+    if (error instanceof Error) return error.name;
+  }
+  return 'unknown error';
+}

@@ -1,0 +1,118 @@
+import { type IncrementResponse, MemoryStore, type Options, type Store } from 'express-rate-limit';
+import type { RedisHealth } from './redis-health';
+
+/**
+ * An express-rate-limit `Store` that counts in a shared store (Redis) while it is healthy and in
+ * process memory when it is not, so a Redis outage never becomes a payments outage:
+ *
+ * - no shared store configured: memory only, exact per process;
+ * - shared store down or failing: memory, the local count multiplied by `expectedInstances` so a
+ *   fleet of N gateways still admits about the limit in total;
+ * - a key found over its limit is remembered until its window resets and refused without asking
+ *   Redis again, which keeps a flood off Redis and makes `blockedUntil()` possible.
+ */
+
+export interface ResilientStoreOptions {
+  /** The limit the limiter applies; needed to know when a key is over it. */
+  limit: number;
+  /** The shared store (a rate-limit-redis `RedisStore`), with the health of its connection. */
+  shared?: { store: Store; health: RedisHealth } | undefined;
+  /** Gateway instances expected to share the limit, used while degraded. Defaults to 1. */
+  expectedInstances?: number;
+  /** Key prefix, for express-rate-limit's store-reuse check. */
+  prefix?: string;
+  now?: () => number;
+}
+
+const MAX_BLOCKED_KEYS = 100_000;
+
+export class ResilientStore implements Store {
+  readonly localKeys = false;
+  readonly prefix: string | undefined;
+  private readonly local = new MemoryStore();
+  private readonly blocked = new Map<string, number>();
+  private readonly limit: number;
+  private readonly expectedInstances: number;
+  private readonly now: () => number;
+
+  constructor(private readonly options: ResilientStoreOptions) {
+    this.limit = options.limit;
+    this.expectedInstances = options.expectedInstances ?? 1;
+    this.prefix = options.prefix;
+    this.now = options.now ?? Date.now;
+  }
+
+  async init(options: Options): Promise<void> {
+    this.local.init(options);
+    await this.options.shared?.store.init?.(options);
+  }
+
+  /** When `key` is known to be over its limit: the time its window resets (ms since epoch). */
+  blockedUntil(key: string): number | undefined {
+    const until = this.blocked.get(key);
+    if (until === undefined) return undefined;
+    if (until > this.now()) return until;
+    this.blocked.delete(key);
+    return undefined;
+  }
+
+  async increment(key: string): Promise<IncrementResponse> {
+    const until = this.blockedUntil(key);
+    if (until !== undefined) return { totalHits: this.limit + 1, resetTime: new Date(until) };
+    const result = (await this.incrementShared(key)) ?? (await this.incrementLocal(key));
+    if (result.totalHits > this.limit && result.resetTime !== undefined) {
+      this.block(key, result.resetTime.getTime());
+    }
+    return result;
+  }
+
+  async decrement(key: string): Promise<void> {
+    await this.local.decrement(key);
+    await this.withShared((store) => store.decrement(key));
+  }
+
+  async resetKey(key: string): Promise<void> {
+    this.blocked.delete(key);
+    await this.local.resetKey(key);
+    await this.withShared((store) => store.resetKey(key));
+  }
+
+  shutdown(): void {
+    this.local.shutdown();
+    this.blocked.clear();
+  }
+
+  private async incrementShared(key: string): Promise<IncrementResponse | undefined> {
+    return this.withShared((store) => store.increment(key));
+  }
+
+  private async incrementLocal(key: string): Promise<IncrementResponse> {
+    const result = await this.local.increment(key);
+    const scale = this.options.shared === undefined ? 1 : this.expectedInstances;
+    return { totalHits: result.totalHits * scale, resetTime: result.resetTime };
+  }
+
+  private async withShared<T>(command: (store: Store) => T | Promise<T>): Promise<T | undefined> {
+    const shared = this.options.shared;
+    if (shared === undefined || !shared.health.usable) return undefined;
+    try {
+      const result = await command(shared.store);
+      shared.health.succeeded();
+      return result;
+    } catch (error) {
+      shared.health.failed(error);
+      return undefined;
+    }
+  }
+
+  private block(key: string, until: number): void {
+    if (this.blocked.size >= MAX_BLOCKED_KEYS) {
+      const now = this.now();
+      for (const [blockedKey, blockedUntil] of this.blocked) {
+        if (blockedUntil <= now) this.blocked.delete(blockedKey);
+      }
+      if (this.blocked.size >= MAX_BLOCKED_KEYS) return;
+    }
+    this.blocked.set(key, until);
+  }
+}

@@ -1,0 +1,35 @@
+import { randomUUID } from 'node:crypto';
+import type { RequestHandler } from 'express';
+import { InvalidRequestError } from './errors';
+import { canonicalClientIp } from './ip-address';
+
+/**
+ * Gives every request an id (`req.requestId`, echoed as `X-Request-Id`). A client's own
+ * `X-Request-Id` is never trusted: it would let a caller forge or inject log lines.
+ */
+export function requestId(): RequestHandler {
+  return function requestIdMiddleware(req, res, next) {
+    const id = randomUUID();
+    req.requestId = id;
+    res.setHeader('X-Request-Id', id);
+    next();
+  };
+}
+
+/**
+ * Sets `req.clientIp` to the canonical client address (IPv4-mapped IPv6 as IPv4). The address is
+ * Express's `req.ip`, so it honours the app's `trust proxy` setting and nothing else: `X-Real-IP`
+ * and `Forwarded` are never read. When a trusted proxy forwards something that is not an IP
+ * address, the request is refused (400) rather than keyed on attacker-chosen text.
+ */
+export function clientIp(): RequestHandler {
+  return function clientIpMiddleware(req, _res, next) {
+    const ip = canonicalClientIp(req.ip);
+    if (ip === undefined) {
+      next(new InvalidRequestError('The client address could not be determined'));
+      return;
+    }
+    req.clientIp = ip;
+    next();
+  };
+}

@@ -1,0 +1,77 @@
+import type { RequestHandler } from 'express';
+import { contextOf } from './credentials';
+import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
+import { KEY_MAX_LENGTH } from './key-format';
+import type { KeyStore } from './key-store';
+import type { TokenService } from './tokens';
+
+/**
+ * `POST /api/v1/auth/generate-token/`: a key pair in the JSON body is exchanged for a short-lived
+ * token. Split in two so the IP whitelist and the rate limit can run between them:
+ * `authenticateKeyPair()` sets `req.auth`, `issueToken()` answers.
+ */
+
+export interface KeyPairOptions {
+  keyStore: KeyStore;
+}
+
+/**
+ * Reads `{"api_key", "api_secret"}` (a JSON object with two non-empty strings, else 400) and sets
+ * `req.auth` from the key pair. A wrong pair, an unknown or a revoked key: the same 401
+ * `invalid_credentials`, in the same time. Mount a JSON body parser before it.
+ */
+export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
+  if (typeof options.keyStore !== 'object') {
+    throw new ConfigurationError('authenticateKeyPair(): keyStore is required');
+  }
+  const { keyStore } = options;
+  return async function authenticateKeyPairMiddleware(req, _res, next) {
+    const { apiKey, apiSecret } = readKeyPair(req.body);
+    if (req.headersDistinct.authorization !== undefined) {
+      throw new InvalidRequestError('Send the key pair in the body only, without an Authorization header');
+    }
+    const key =
+      apiKey.length > KEY_MAX_LENGTH || apiSecret.length > KEY_MAX_LENGTH
+        ? undefined
+        : await keyStore.findByKeyPair(apiKey, apiSecret);
+    if (key === undefined || key.revoked) throw new AuthenticationError('invalid_credentials');
+    req.auth = contextOf(key, 'secret');
+    next();
+  };
+}
+
+function readKeyPair(body: unknown): { apiKey: string; apiSecret: string } {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new InvalidRequestError('The body must be a JSON object with api_key and api_secret');
+  }
+  const apiKey = Object.hasOwn(body, 'api_key') ? (body as { api_key: unknown }).api_key : undefined;
+  const apiSecret = Object.hasOwn(body, 'api_secret')
+    ? (body as { api_secret: unknown }).api_secret
+    : undefined;
+  if (typeof apiKey !== 'string' || apiKey.length === 0) {
+    throw new InvalidRequestError('api_key must be a non-empty string');
+  }
+  if (typeof apiSecret !== 'string' || apiSecret.length === 0) {
+    throw new InvalidRequestError('api_secret must be a non-empty string');
+  }
+  return { apiKey, apiSecret };
+}
+
+export interface IssueTokenOptions {
+  tokens: TokenService;
+}
+
+/** Answers `200 {"token", "token_type": "Bearer", "expires_in"}` for the key pair in `req.auth`. */
+export function issueToken(options: IssueTokenOptions): RequestHandler {
+  const { tokens } = options;
+  return function issueTokenHandler(req, res, next) {
+    const auth = req.auth;
+    if (auth === undefined) {
+      next(new AuthenticationError('invalid_credentials'));
+      return;
+    }
+    const issued = tokens.issue({ id: auth.keyId, accountId: auth.accountId, role: auth.role });
+    res.set('Cache-Control', 'no-store');
+    res.json({ token: issued.token, token_type: 'Bearer', expires_in: issued.expiresIn });
+  };
+}

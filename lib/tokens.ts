@@ -1,0 +1,164 @@
+import { randomUUID } from 'node:crypto';
+import jwt from 'jsonwebtoken';
+import { AuthenticationError, ConfigurationError } from './errors';
+import type { KeyRecord } from './key-store';
+import { isRole, type Role } from './roles';
+
+/**
+ * Short-lived access tokens: HS256 JWTs minted from a key pair. `verify()` is the one place a token
+ * is checked, and closes what jsonwebtoken leaves open: the algorithm is pinned, `exp`/`iat` must be
+ * numbers, `iat` may not lie in the future, the lifetime may not exceed the configured TTL, the
+ * payload must be an object of the expected shape, and the error never echoes a library message.
+ */
+
+export const DEFAULT_TOKEN_TTL_SECONDS = 1800;
+export const MIN_TOKEN_SECRET_BYTES = 32;
+/** Longer `Authorization` values are refused before any parsing. */
+export const MAX_TOKEN_LENGTH = 2048;
+
+const ISSUER = 'tollgate';
+const ALGORITHM = 'HS256';
+const MAX_TTL_SECONDS = 24 * 60 * 60;
+
+export interface TokenServiceOptions {
+  /** The HMAC secret, at least 32 bytes. */
+  secret: string | Buffer;
+  /** Token lifetime in seconds. Defaults to 1800 (30 minutes). */
+  ttlSeconds?: number;
+  /** Allowed clock skew in seconds for `iat`/`nbf`/`exp`. Defaults to 0. */
+  clockToleranceSeconds?: number;
+  /** The current time in milliseconds. Defaults to `Date.now`; tests freeze it. */
+  now?: () => number;
+}
+
+/** What a verified token says. Authorisation uses the key record, never the token's `role`. */
+export interface TokenClaims {
+  readonly keyId: string;
+  readonly accountId: string;
+  readonly role: Role;
+  readonly tokenId: string;
+  readonly issuedAt: number;
+  readonly expiresAt: number;
+}
+
+export interface IssuedToken {
+  readonly token: string;
+  readonly expiresIn: number;
+  readonly tokenId: string;
+}
+
+interface TokenPayload {
+  sub: string;
+  acct: string;
+  role: Role;
+  jti: string;
+  iat: number;
+  exp: number;
+  iss: string;
+}
+
+export class TokenService {
+  readonly ttlSeconds: number;
+  private readonly secret: Buffer;
+  private readonly clockTolerance: number;
+  private readonly now: () => number;
+
+  constructor(options: TokenServiceOptions) {
+    const secret = Buffer.isBuffer(options.secret)
+      ? Buffer.from(options.secret)
+      : Buffer.from(options.secret, 'utf8');
+    if (secret.length < MIN_TOKEN_SECRET_BYTES) {
+      throw new ConfigurationError(
+        `TokenService: the token secret must be at least ${MIN_TOKEN_SECRET_BYTES} bytes`,
+      );
+    }
+    const ttl = options.ttlSeconds ?? DEFAULT_TOKEN_TTL_SECONDS;
+    if (!Number.isInteger(ttl) || ttl < 1 || ttl > MAX_TTL_SECONDS) {
+      throw new ConfigurationError(
+        `TokenService: ttlSeconds must be a whole number from 1 to ${MAX_TTL_SECONDS}`,
+      );
+    }
+    const tolerance = options.clockToleranceSeconds ?? 0;
+    if (typeof tolerance !== 'number' || !Number.isInteger(tolerance) || tolerance < 0 || tolerance > 300) {
+      throw new ConfigurationError('TokenService: clockToleranceSeconds must be a whole number from 0 to 300');
+    }
+    this.secret = secret;
+    this.ttlSeconds = ttl;
+    this.clockTolerance = tolerance;
+    this.now = options.now ?? Date.now;
+  }
+
+  issue(key: Pick<KeyRecord, 'id' | 'accountId' | 'role'>): IssuedToken {
+    const iat = Math.floor(this.now() / 1000);
+    const tokenId = randomUUID();
+    const payload: TokenPayload = {
+      sub: key.id,
+      acct: key.accountId,
+      role: key.role,
+      jti: tokenId,
+      iat,
+      exp: iat + this.ttlSeconds,
+      iss: ISSUER,
+    };
+    const token = jwt.sign(payload, this.secret, { algorithm: ALGORITHM });
+    return { token, expiresIn: this.ttlSeconds, tokenId };
+  }
+
+  /** Throws `AuthenticationError` `expired_token` after `exp`, `invalid_token` for anything else. */
+  verify(token: string): TokenClaims {
+    if (token.length > MAX_TOKEN_LENGTH) throw invalidToken();
+    const nowSeconds = Math.floor(this.now() / 1000);
+    let decoded: jwt.Jwt;
+    try {
+      decoded = jwt.verify(token, this.secret, {
+        algorithms: [ALGORITHM],
+        issuer: ISSUER,
+        clockTimestamp: nowSeconds,
+        clockTolerance: this.clockTolerance,
+        complete: true,
+      });
+    } catch (error) {
+      // TokenExpiredError extends JsonWebTokenError: test it first. It is only thrown once the
+      // signature has been checked, so a forged token never reads as merely expired.
+      if (error instanceof jwt.TokenExpiredError) {
+        throw new AuthenticationError('expired_token');
+      }
+      throw invalidToken();
+    }
+    if (decoded.header.typ !== undefined && decoded.header.typ !== 'JWT') throw invalidToken();
+    const claims = readPayload(decoded.payload);
+    if (claims === undefined) throw invalidToken();
+    const lifetime = claims.expiresAt - claims.issuedAt;
+    if (claims.issuedAt > nowSeconds + this.clockTolerance || lifetime <= 0 || lifetime > this.ttlSeconds) {
+      throw invalidToken();
+    }
+    return claims;
+  }
+}
+
+function invalidToken(): AuthenticationError {
+  return new AuthenticationError('invalid_token');
+}
+
+function readPayload(payload: jwt.JwtPayload | string): TokenClaims | undefined {
+  if (typeof payload !== 'object' || Array.isArray(payload)) return undefined;
+  const { sub, acct, role, jti, iat, exp } = payload as Partial<Record<keyof TokenPayload, unknown>>;
+  if (
+    typeof sub !== 'string' ||
+    typeof acct !== 'string' ||
+    typeof jti !== 'string' ||
+    !isRole(role) ||
+    !Number.isSafeInteger(iat) ||
+    !Number.isSafeInteger(exp)
+  ) {
+    return undefined;
+  }
+  return {
+    keyId: sub,
+    accountId: acct,
+    role,
+    tokenId: jti,
+    issuedAt: iat as number,
+    expiresAt: exp as number,
+  };
+}

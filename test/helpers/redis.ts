@@ -1,0 +1,122 @@
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import net from 'node:net';
+import { Redis } from 'ioredis';
+
+/**
+ * Redis for tests (contract section 11): `REDIS_URL` when set, else a `redis-server` from PATH
+ * started on a free loopback port. When neither exists the Redis suites are skipped with a loud
+ * notice, unless `REQUIRE_REDIS=1`, which makes them fail. Tests never flush a Redis they did not
+ * start: every test uses its own key prefix (`uniquePrefix()`).
+ */
+
+export interface TestRedis {
+  readonly url: string;
+  /** True when this process started the server (so it may be stopped and restarted). */
+  readonly owned: boolean;
+  close(): Promise<void>;
+}
+
+export function redisServerPath(): string | undefined {
+  try {
+    return execFileSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' }).trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function uniquePrefix(label = 'test'): string {
+  return `tollgate-test:${label}:${randomBytes(6).toString('hex')}:`;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** A redis-server child process on a free loopback port, keeping nothing on disk. */
+export interface OwnedRedis {
+  readonly port: number;
+  readonly url: string;
+  readonly process: ChildProcess;
+  stop(): Promise<void>;
+}
+
+export async function startRedisServer(port?: number, extraArgs: string[] = []): Promise<OwnedRedis> {
+  const binary = redisServerPath();
+  if (binary === undefined) throw new Error('redis-server is not on PATH');
+  const chosen = port ?? (await freePort());
+  const child = spawn(
+    binary,
+    ['--port', String(chosen), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', ...extraArgs],
+    { stdio: 'ignore' },
+  );
+  const url = `redis://127.0.0.1:${chosen}`;
+  await waitForRedis(url, 5000);
+  return {
+    port: chosen,
+    url,
+    process: child,
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+      child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+export async function waitForRedis(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 200 });
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+      await client.ping();
+      client.disconnect();
+      return;
+    } catch {
+      client.disconnect();
+      if (Date.now() > deadline) throw new Error(`Redis at ${url} did not answer within ${timeoutMs} ms`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+}
+
+/** The Redis the suite uses, or `undefined` (after a loud notice) when none can be had. */
+export async function acquireTestRedis(): Promise<TestRedis | undefined> {
+  const fromEnv = process.env.REDIS_URL;
+  if (fromEnv !== undefined && fromEnv !== '') {
+    await waitForRedis(fromEnv, 3000);
+    return { url: fromEnv, owned: false, close: async () => undefined };
+  }
+  if (redisServerPath() !== undefined) {
+    const server = await startRedisServer();
+    return { url: server.url, owned: true, close: () => server.stop() };
+  }
+  if (process.env.REQUIRE_REDIS === '1') {
+    throw new Error('REQUIRE_REDIS=1 but REDIS_URL is unset and redis-server is not on PATH');
+  }
+  return undefined;
+}
+
+/** True when Redis tests can run here; prints the contract's loud notice when they cannot. */
+export function redisAvailable(): boolean {
+  const available = (process.env.REDIS_URL ?? '') !== '' || redisServerPath() !== undefined;
+  if (!available && process.env.REQUIRE_REDIS !== '1') {
+    process.stderr.write(
+      '\n*** Redis tests SKIPPED: set REDIS_URL or put redis-server on PATH (REQUIRE_REDIS=1 makes this a failure) ***\n\n',
+    );
+  }
+  return available || process.env.REQUIRE_REDIS === '1';
+}
+
+/** `describe` for suites that need Redis: skipped with a notice when none can be had (see above). */
+export const describeWithRedis: jest.Describe = redisAvailable() ? describe : describe.skip;

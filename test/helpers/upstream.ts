@@ -1,0 +1,60 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A real upstream on loopback that records what the gateway sends it. By default it answers
+ * `200 {"ok": true, "path": …}`; `respond` changes that (delay, status, hang up).
+ */
+
+export interface RecordedRequest {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: http.IncomingHttpHeaders;
+  readonly body: Buffer;
+}
+
+export type Responder = (request: RecordedRequest, res: http.ServerResponse) => void;
+
+export interface RecordingUpstream {
+  readonly url: string;
+  readonly requests: RecordedRequest[];
+  respond: Responder;
+  reset(): void;
+  close(): Promise<void>;
+}
+
+export const defaultResponder: Responder = (request, res) => {
+  const body = JSON.stringify({ ok: true, method: request.method, path: request.url });
+  res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+};
+
+export async function startRecordingUpstream(): Promise<RecordingUpstream> {
+  const requests: RecordedRequest[] = [];
+  const upstream = {
+    respond: defaultResponder,
+  };
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const recorded = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks) };
+      requests.push(recorded);
+      upstream.respond(recorded, res);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return Object.assign(upstream, {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    reset: () => {
+      requests.length = 0;
+      upstream.respond = defaultResponder;
+    },
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  });
+}
