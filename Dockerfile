@@ -1,0 +1,27 @@
+# syntax=docker/dockerfile:1
+
+# Build stage: compile TypeScript to dist/.
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+# --ignore-scripts: no dependency needs an install script (package.json "allowScripts"), and the
+# image's npm 10 does not read "allowScripts", so skip them explicitly.
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY lib ./lib
+COPY gateway ./gateway
+RUN npm run build
+
+# Runtime stage: production dependencies and compiled output only.
+FROM node:20-bookworm-slim AS runtime
+ENV NODE_ENV=production HOST=:: PORT=8080
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
+COPY --from=build /app/dist ./dist
+USER node
+EXPOSE 8080
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+  CMD ["node", "-e", "require('http').get('http://127.0.0.1:' + (process.env.PORT || 8080) + '/healthz', (r) => process.exit(r.statusCode === 200 ? 0 : 1)).on('error', () => process.exit(1)).setTimeout(4000, () => process.exit(1))"]
+# The same image runs the stub upstream: command `node dist/gateway/stub-upstream-server.js`.
+CMD ["node", "dist/gateway/server.js"]
