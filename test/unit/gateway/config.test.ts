@@ -1,0 +1,191 @@
+import { DEFAULT_LIMITS, type GatewayConfig, loadConfig } from '../../../gateway/config';
+import { ConfigurationError } from '../../../lib/errors';
+
+const SECRET_32 = 'x'.repeat(32);
+
+function configError(env: Record<string, string>): ConfigurationError {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigurationError);
+    return error as ConfigurationError;
+  }
+  throw new Error(`${JSON.stringify(env)} was accepted`);
+}
+
+describe('loadConfig defaults (contract section 2)', () => {
+  const config: GatewayConfig = loadConfig({});
+
+  it.each([
+    ['PORT', 'port', 8080],
+    ['HOST', 'host', '127.0.0.1'],
+    ['REDIS_URL (unset: in-memory)', 'redis', undefined],
+    ['TOLLGATE_KEYS_FILE (unset: demo keys)', 'keysFile', undefined],
+    ['TOLLGATE_TOKEN_SECRET (unset: random per process)', 'tokenSecret', undefined],
+    ['TOLLGATE_TOKEN_TTL_SECONDS', 'tokenTtlSeconds', 1800],
+    ['TOLLGATE_TRUST_PROXY (unset: no proxy trusted)', 'trustProxy', false],
+    ['TOLLGATE_UPSTREAM_URL (unset: bundled stub)', 'upstreamUrl', undefined],
+    ['TOLLGATE_PUBLIC_KEY_HEADER', 'publicKeyHeader', 'X-Service-Public-API-Key'],
+    ['LOG_LEVEL', 'logLevel', 'info'],
+  ] as [string, keyof GatewayConfig, unknown][])(
+    '%s defaults to %p',
+    (_variable, field, expected) => {
+      expect(config[field]).toEqual(expected);
+    },
+  );
+
+  it('is not production without NODE_ENV=production', () => {
+    expect(config.production).toBe(false);
+  });
+
+  it('uses the limits of contract section 8', () => {
+    expect(config.limits).toEqual(DEFAULT_LIMITS);
+    expect(config.limits).toMatchObject({
+      payments: 1500,
+      authenticated: 100,
+      checkoutCreate: 30,
+      checkoutRead: 45,
+      windowMs: 60_000,
+    });
+  });
+
+  it('treats an empty variable as unset', () => {
+    expect(loadConfig({ PORT: '', LOG_LEVEL: '', TOLLGATE_TRUST_PROXY: '' })).toEqual(config);
+  });
+});
+
+describe('loadConfig reads valid values', () => {
+  it.each([
+    [{ PORT: '0' }, 'port', 0],
+    [{ PORT: '65535' }, 'port', 65535],
+    [{ HOST: '::' }, 'host', '::'],
+    [{ TOLLGATE_TOKEN_SECRET: SECRET_32 }, 'tokenSecret', SECRET_32],
+    [{ TOLLGATE_TOKEN_TTL_SECONDS: '60' }, 'tokenTtlSeconds', 60],
+    [{ TOLLGATE_TRUST_PROXY: '1' }, 'trustProxy', 1],
+    [{ TOLLGATE_TRUST_PROXY: 'loopback' }, 'trustProxy', ['loopback']],
+    [
+      { TOLLGATE_TRUST_PROXY: '10.0.0.0/8, 192.168.1.1' },
+      'trustProxy',
+      ['10.0.0.0/8', '192.168.1.1'],
+    ],
+    [
+      { TOLLGATE_TRUST_PROXY: 'loopback,uniquelocal,2001:db8::/32' },
+      'trustProxy',
+      ['loopback', 'uniquelocal', '2001:db8::/32'],
+    ],
+    [{ TOLLGATE_UPSTREAM_URL: 'http://127.0.0.1:9000/' }, 'upstreamUrl', 'http://127.0.0.1:9000'],
+    [
+      { TOLLGATE_UPSTREAM_URL: 'https://payments.internal/base' },
+      'upstreamUrl',
+      'https://payments.internal/base',
+    ],
+    [{ TOLLGATE_PUBLIC_KEY_HEADER: 'X-Acme-Public-Key' }, 'publicKeyHeader', 'X-Acme-Public-Key'],
+    [{ LOG_LEVEL: 'warn' }, 'logLevel', 'warn'],
+    [
+      { REDIS_URL: 'redis://127.0.0.1:6379/2' },
+      'redis',
+      { kind: 'url', url: 'redis://127.0.0.1:6379/2' },
+    ],
+    [
+      { REDIS_CLUSTER_NODES: 'r1:7000, r2:7001' },
+      'redis',
+      { kind: 'cluster', nodes: ['r1:7000', 'r2:7001'] },
+    ],
+    [
+      { REDIS_SENTINELS: 's1:26379,s2:26379', REDIS_SENTINEL_NAME: 'mymaster' },
+      'redis',
+      { kind: 'sentinel', sentinels: ['s1:26379', 's2:26379'], name: 'mymaster' },
+    ],
+    [
+      {
+        NODE_ENV: 'production',
+        TOLLGATE_TOKEN_SECRET: SECRET_32,
+        TOLLGATE_KEYS_FILE: '/etc/tollgate/keys.json',
+      },
+      'production',
+      true,
+    ],
+  ] as [Record<string, string>, keyof GatewayConfig, unknown][])(
+    '%p gives %s = %p',
+    (env, field, expected) => {
+      expect(loadConfig(env)[field]).toEqual(expected);
+    },
+  );
+});
+
+describe('loadConfig refuses invalid values, naming the variable first', () => {
+  it.each([
+    ['PORT', { PORT: 'abc' }],
+    ['PORT', { PORT: '70000' }],
+    ['PORT', { PORT: '-1' }],
+    ['PORT', { PORT: '80.5' }],
+    ['PORT', { PORT: ' 8080' }],
+    ['TOLLGATE_TOKEN_SECRET', { TOLLGATE_TOKEN_SECRET: 'x'.repeat(31) }],
+    ['TOLLGATE_TOKEN_SECRET', { NODE_ENV: 'production' }],
+    [
+      'TOLLGATE_TOKEN_SECRET',
+      { NODE_ENV: 'production', TOLLGATE_TOKEN_SECRET: '', TOLLGATE_KEYS_FILE: '/k.json' },
+    ],
+    ['TOLLGATE_KEYS_FILE', { NODE_ENV: 'production', TOLLGATE_TOKEN_SECRET: SECRET_32 }],
+    ['TOLLGATE_TOKEN_TTL_SECONDS', { TOLLGATE_TOKEN_TTL_SECONDS: 'abc' }],
+    ['TOLLGATE_TOKEN_TTL_SECONDS', { TOLLGATE_TOKEN_TTL_SECONDS: '0' }],
+    ['TOLLGATE_TOKEN_TTL_SECONDS', { TOLLGATE_TOKEN_TTL_SECONDS: '1.5' }],
+    ['TOLLGATE_TOKEN_TTL_SECONDS', { TOLLGATE_TOKEN_TTL_SECONDS: '86401' }],
+    ['TOLLGATE_TRUST_PROXY', { TOLLGATE_TRUST_PROXY: 'true' }],
+    ['TOLLGATE_TRUST_PROXY', { TOLLGATE_TRUST_PROXY: 'TRUE' }],
+    ['TOLLGATE_TRUST_PROXY', { TOLLGATE_TRUST_PROXY: 'yes' }],
+    ['TOLLGATE_TRUST_PROXY', { TOLLGATE_TRUST_PROXY: 'garbage' }],
+    ['TOLLGATE_TRUST_PROXY', { TOLLGATE_TRUST_PROXY: '10.0.0.0/33' }],
+    ['TOLLGATE_TRUST_PROXY', { TOLLGATE_TRUST_PROXY: '10.0.0.0/8,' }],
+    ['TOLLGATE_TRUST_PROXY', { TOLLGATE_TRUST_PROXY: '010.0.0.1' }],
+    ['TOLLGATE_TRUST_PROXY', { TOLLGATE_TRUST_PROXY: '0.0.0.0/0' }],
+    ['TOLLGATE_TRUST_PROXY', { TOLLGATE_TRUST_PROXY: '::/0' }],
+    ['TOLLGATE_UPSTREAM_URL', { TOLLGATE_UPSTREAM_URL: 'ftp://x' }],
+    ['TOLLGATE_UPSTREAM_URL', { TOLLGATE_UPSTREAM_URL: 'http://u:p@host' }],
+    ['TOLLGATE_UPSTREAM_URL', { TOLLGATE_UPSTREAM_URL: 'not a url' }],
+    ['TOLLGATE_UPSTREAM_URL', { TOLLGATE_UPSTREAM_URL: 'http://host/?debug=1' }],
+    ['TOLLGATE_PUBLIC_KEY_HEADER', { TOLLGATE_PUBLIC_KEY_HEADER: 'Authorization' }],
+    ['TOLLGATE_PUBLIC_KEY_HEADER', { TOLLGATE_PUBLIC_KEY_HEADER: 'authorization' }],
+    ['TOLLGATE_PUBLIC_KEY_HEADER', { TOLLGATE_PUBLIC_KEY_HEADER: 'bad header' }],
+    ['TOLLGATE_PUBLIC_KEY_HEADER', { TOLLGATE_PUBLIC_KEY_HEADER: 'X-Gateway-Key-Id' }],
+    ['LOG_LEVEL', { LOG_LEVEL: 'loud' }],
+    ['LOG_LEVEL', { LOG_LEVEL: 'INFO' }],
+    ['REDIS_URL', { REDIS_URL: 'localhost:6379' }],
+    ['REDIS_URL', { REDIS_URL: 'http://localhost:6379' }],
+    ['REDIS_URL', { REDIS_URL: 'redis://127.0.0.1:6379', REDIS_CLUSTER_NODES: 'r1:7000' }],
+    [
+      'REDIS_URL',
+      { REDIS_CLUSTER_NODES: 'r1:7000', REDIS_SENTINELS: 's1:26379', REDIS_SENTINEL_NAME: 'm' },
+    ],
+    ['REDIS_CLUSTER_NODES', { REDIS_CLUSTER_NODES: 'r1' }],
+    ['REDIS_SENTINELS', { REDIS_SENTINELS: 's1:99999', REDIS_SENTINEL_NAME: 'm' }],
+    ['REDIS_SENTINEL_NAME', { REDIS_SENTINELS: 's1:26379' }],
+    ['HOST', { HOST: 'bad host' }],
+    ['TOLLGATE_EXPECTED_INSTANCES', { TOLLGATE_EXPECTED_INSTANCES: '0' }],
+    ['TOLLGATE_AUTH_FAILURE_LIMIT', { TOLLGATE_AUTH_FAILURE_LIMIT: 'many' }],
+    ['TOLLGATE_UPSTREAM_TIMEOUT_MS', { TOLLGATE_UPSTREAM_TIMEOUT_MS: '10' }],
+    ['TOLLGATE_REDIS_PREFIX', { TOLLGATE_REDIS_PREFIX: 'has space' }],
+  ] as [string, Record<string, string>][])('%s: %p', (variable, env) => {
+    const { message } = configError(env);
+    expect(new RegExp(`^${variable}[ :,]`).test(message)).toBe(true);
+    expect(message.split('\n')).toHaveLength(1);
+  });
+
+  it('names the other variable when two Redis modes are set', () => {
+    expect(
+      configError({ REDIS_URL: 'redis://127.0.0.1:6379', REDIS_CLUSTER_NODES: 'r1:7000' }).message,
+    ).toContain('REDIS_CLUSTER_NODES');
+  });
+
+  it('never puts the token secret into the message', () => {
+    const short = 'short-but-secret-value';
+    expect(configError({ TOLLGATE_TOKEN_SECRET: short }).message).not.toContain(short);
+  });
+
+  it('counts the secret in UTF-8 bytes, not characters', () => {
+    expect(loadConfig({ TOLLGATE_TOKEN_SECRET: 'é'.repeat(16) }).tokenSecret).toBe('é'.repeat(16));
+    expect(configError({ TOLLGATE_TOKEN_SECRET: `${'é'.repeat(15)}x` }).message).toMatch(
+      /^TOLLGATE_TOKEN_SECRET /,
+    );
+  });
+});
