@@ -1,5 +1,6 @@
-import express, { type Express, type RequestHandler, type Router } from 'express';
-import { authenticate, type SecurityEvent } from '../lib/credentials';
+import cors from 'cors';
+import express, { type Express, type RequestHandler } from 'express';
+import { authenticate, refuseQueryCredentials, type SecurityEvent } from '../lib/credentials';
 import { errorHandler, methodNotAllowed, notFound } from '../lib/error-handler';
 import { NotFoundError } from '../lib/errors';
 import { requireWhitelistedIp } from '../lib/ip-whitelist';
@@ -60,15 +61,39 @@ export function createApp(options: AppOptions): GatewayApp {
     expectedInstances: options.expectedInstances,
     windowMs: limits.windowMs,
     logger: {
-      warn: (_error: unknown, message?: string) => logger.warn({ component: 'rate-limit' }, message),
-      error: (_error: unknown, message?: string) => logger.error({ component: 'rate-limit' }, message),
+      warn: (_error: unknown, message?: string) => {
+        logger.warn({ component: 'rate-limit' }, message);
+      },
+      error: (_error: unknown, message?: string) => {
+        logger.error({ component: 'rate-limit' }, message);
+      },
     },
   };
   const limiters: Record<LimitScope, RateLimiter> = {
-    payments: createRateLimiter({ ...limiterDefaults, name: 'payments', limit: limits.payments, key: 'account' }),
-    authenticated: createRateLimiter({ ...limiterDefaults, name: 'authenticated', limit: limits.authenticated, key: 'account' }),
-    'checkout-create': createRateLimiter({ ...limiterDefaults, name: 'checkout-create', limit: limits.checkoutCreate, key: 'ip' }),
-    'checkout-read': createRateLimiter({ ...limiterDefaults, name: 'checkout-read', limit: limits.checkoutRead, key: 'ip' }),
+    payments: createRateLimiter({
+      ...limiterDefaults,
+      name: 'payments',
+      limit: limits.payments,
+      key: 'account',
+    }),
+    authenticated: createRateLimiter({
+      ...limiterDefaults,
+      name: 'authenticated',
+      limit: limits.authenticated,
+      key: 'account',
+    }),
+    'checkout-create': createRateLimiter({
+      ...limiterDefaults,
+      name: 'checkout-create',
+      limit: limits.checkoutCreate,
+      key: 'ip',
+    }),
+    'checkout-read': createRateLimiter({
+      ...limiterDefaults,
+      name: 'checkout-read',
+      limit: limits.checkoutRead,
+      key: 'ip',
+    }),
   };
   const authFailures = createAuthFailureLimiter({
     limit: limits.authFailures,
@@ -83,19 +108,39 @@ export function createApp(options: AppOptions): GatewayApp {
     publicKeyHeader,
   });
   const onSecurityEvent = (event: SecurityEvent, req: express.Request): void => {
-    logger.warn({
-      event: 'security.leaked_secret_key',
-      reason: event.reason,
-      key_id: event.keyId,
-      account_id: event.accountId,
-      client_ip: req.clientIp,
-      request_id: req.requestId,
-    }, 'a secret key was sent where it can leak; rotate it');
+    logger.warn(
+      {
+        event: 'security.leaked_secret_key',
+        reason: event.reason,
+        key_id: event.keyId,
+        account_id: event.accountId,
+        client_ip: req.clientIp,
+        request_id: req.requestId,
+      },
+      'a secret key was sent where it can leak; rotate it',
+    );
   };
   const rateLimitState = (): 'memory' | 'shared' | 'degraded' =>
     options.redis === undefined ? 'memory' : options.redis.health.state;
 
   app.use(requestId(), clientIp(), securityHeaders, accessLog(logger));
+  app.use(refuseQueryCredentials({ keyStore: options.keyStore, onSecurityEvent }));
+
+  // Routes that take a publishable key are called from browsers (Checkout): answer CORS for them,
+  // without credentials mode (keys travel in a header, never in cookies).
+  const browserCors = new Map<string, RequestHandler>();
+  for (const [path, methods] of allowedMethods(ROUTES.filter(acceptsPublishableKey))) {
+    browserCors.set(
+      path,
+      cors({
+        origin: '*',
+        methods,
+        allowedHeaders: ['Content-Type', publicKeyHeader],
+        exposedHeaders: ['RateLimit', 'RateLimit-Policy', 'Retry-After', 'X-Request-Id'],
+        maxAge: 600,
+      }),
+    );
+  }
 
   const router = express.Router({ caseSensitive: true, strict: false });
   router.param('id', (_req, _res, next, value: string) => {
@@ -104,11 +149,21 @@ export function createApp(options: AppOptions): GatewayApp {
   for (const route of ROUTES) {
     const auth: RequestHandler[] =
       route.accept === 'key-pair'
-        ? [authenticateKeyPair({ keyStore: options.keyStore })]
-        : [authenticate({ keyStore: options.keyStore, tokens: options.tokens, accept: route.accept, publicKeyHeader, onSecurityEvent })];
-    const handler = route.accept === 'key-pair' ? issueToken({ tokens: options.tokens }) : proxy.handler;
+        ? [authenticateKeyPair({ keyStore: options.keyStore, onSecurityEvent })]
+        : [
+            authenticate({
+              keyStore: options.keyStore,
+              tokens: options.tokens,
+              accept: route.accept,
+              publicKeyHeader,
+              onSecurityEvent,
+            }),
+          ];
+    const handler =
+      route.accept === 'key-pair' ? issueToken({ tokens: options.tokens }) : proxy.handler;
     router[route.method === 'GET' ? 'get' : 'post'](
       route.path,
+      ...optional(browserCors.get(route.path)),
       authFailures.guard,
       jsonBody(),
       ...auth,
@@ -125,7 +180,11 @@ export function createApp(options: AppOptions): GatewayApp {
     res.setHeader('Cache-Control', 'no-store');
     res.json({ status: 'ok', rate_limits: rateLimitState() });
   });
-  for (const [path, methods] of allowedMethods(ROUTES)) router.all(path, methodNotAllowed(methods));
+  for (const [path, methods] of allowedMethods(ROUTES)) {
+    const browser = browserCors.get(path);
+    if (browser !== undefined) router.options(path, browser);
+    router.all(path, methodNotAllowed(methods));
+  }
   router.all('/healthz', methodNotAllowed(['GET']));
   app.use(router);
   app.use(notFound());
@@ -141,9 +200,18 @@ export function createApp(options: AppOptions): GatewayApp {
   });
 }
 
+function optional<T>(value: T | undefined): T[] {
+  return value === undefined ? [] : [value];
+}
+
+function acceptsPublishableKey(route: RouteSpec): boolean {
+  return route.accept !== 'key-pair' && route.accept.includes('publishable');
+}
+
 function allowedMethods(routes: readonly RouteSpec[]): Map<string, string[]> {
   const byPath = new Map<string, string[]>();
-  for (const route of routes) byPath.set(route.path, [...(byPath.get(route.path) ?? []), route.method]);
+  for (const route of routes)
+    byPath.set(route.path, [...(byPath.get(route.path) ?? []), route.method]);
   return byPath;
 }
 
@@ -152,6 +220,26 @@ const securityHeaders: RequestHandler = function securityHeadersMiddleware(_req,
   res.setHeader('X-Frame-Options', 'DENY');
   next();
 };
+
+/** A secret key (`sk_…`) or a token (`eyJ….….…`) pasted into a path segment, raw or percent-encoded. */
+const SECRET_IN_SEGMENT = /(?:^|[^A-Za-z0-9])sk_[A-Za-z0-9]|eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\./i;
+
+/** The path for the access log: segments that look like a secret or a token redacted, then capped. */
+function loggablePath(path: string): string {
+  const redacted = path
+    .split('/')
+    .map((segment) => (SECRET_IN_SEGMENT.test(decodedSegment(segment)) ? '[redacted]' : segment))
+    .join('/');
+  return redacted.length > 200 ? `${redacted.slice(0, 200)}…` : redacted;
+}
+
+function decodedSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
 
 /** One line per request: no query string, no headers, no body, so never a credential. */
 function accessLog(logger: Logger): RequestHandler {
@@ -162,7 +250,7 @@ function accessLog(logger: Logger): RequestHandler {
         event: 'http.request',
         request_id: req.requestId,
         method: req.method,
-        path: req.path.length > 200 ? `${req.path.slice(0, 200)}…` : req.path,
+        path: loggablePath(req.path),
         status: res.statusCode,
         duration_ms: Number(process.hrtime.bigint() - started) / 1e6,
         client_ip: req.clientIp,

@@ -44,7 +44,12 @@ export function auditAllowed(logger: Logger, routePath: string): RequestHandler 
 export function auditDenied(logger: Logger, routePath: string): ErrorRequestHandler {
   return function auditDeniedMiddleware(error: unknown, req, _res, next) {
     if (error instanceof GatewayError && AUDITED_CODES.has(error.code)) {
-      logger.info({ ...fields(req, routePath), outcome: 'denied', reason: error.code, status: error.status });
+      logger.info({
+        ...fields(req, routePath),
+        outcome: 'denied',
+        reason: error.code,
+        status: error.status,
+      });
     }
     next(error);
   };

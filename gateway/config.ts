@@ -1,6 +1,7 @@
 import { isIP } from 'node:net';
 import { ConfigurationError } from '../lib/errors';
 import { DEFAULT_PUBLIC_KEY_HEADER } from '../lib/credentials';
+import { parseCidrEntry } from '../lib/ip-address';
 import { parseHostPort } from '../lib/rate-limit/redis-client';
 import { DEFAULT_TOKEN_TTL_SECONDS, MIN_TOKEN_SECRET_BYTES } from '../lib/tokens';
 
@@ -62,21 +63,41 @@ export const DEFAULT_LIMITS: LimitsConfig = {
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 const HEADER_NAME = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
 const TRUST_KEYWORDS = new Set(['loopback', 'linklocal', 'uniquelocal']);
+/** Trusted proxy ranges wider than these would trust addresses anyone on the internet can hold. */
+const MIN_TRUSTED_PREFIX = { ipv4: 8, ipv6: 7 } as const;
 
 type Env = Readonly<Record<string, string | undefined>>;
 
 export function loadConfig(env: Env): GatewayConfig {
   const production = env.NODE_ENV === 'production';
   const tokenSecret = optional(env, 'TOLLGATE_TOKEN_SECRET');
-  if (tokenSecret !== undefined && Buffer.byteLength(tokenSecret, 'utf8') < MIN_TOKEN_SECRET_BYTES) {
+  if (
+    tokenSecret !== undefined &&
+    Buffer.byteLength(tokenSecret, 'utf8') < MIN_TOKEN_SECRET_BYTES
+  ) {
     fail('TOLLGATE_TOKEN_SECRET', `must be at least ${MIN_TOKEN_SECRET_BYTES} bytes`);
   }
   if (tokenSecret === undefined && production) {
-    fail('TOLLGATE_TOKEN_SECRET', 'is required when NODE_ENV=production (tokens must survive restarts and be shared by instances)');
+    fail(
+      'TOLLGATE_TOKEN_SECRET',
+      'is required when NODE_ENV=production (tokens must survive restarts and be shared by instances)',
+    );
+  }
+  if (optional(env, 'TOLLGATE_KEYS_FILE') === undefined && production) {
+    fail(
+      'TOLLGATE_KEYS_FILE',
+      'is required when NODE_ENV=production (demo keys are printed to stdout, where logs collect them)',
+    );
   }
   const limits = {
     ...DEFAULT_LIMITS,
-    authFailures: integer(env, 'TOLLGATE_AUTH_FAILURE_LIMIT', DEFAULT_LIMITS.authFailures, 1, 100_000),
+    authFailures: integer(
+      env,
+      'TOLLGATE_AUTH_FAILURE_LIMIT',
+      DEFAULT_LIMITS.authFailures,
+      1,
+      100_000,
+    ),
   };
   return {
     port: integer(env, 'PORT', 8080, 0, 65535),
@@ -85,7 +106,13 @@ export function loadConfig(env: Env): GatewayConfig {
     redisPrefix: redisPrefix(env),
     keysFile: optional(env, 'TOLLGATE_KEYS_FILE'),
     tokenSecret,
-    tokenTtlSeconds: integer(env, 'TOLLGATE_TOKEN_TTL_SECONDS', DEFAULT_TOKEN_TTL_SECONDS, 1, 86_400),
+    tokenTtlSeconds: integer(
+      env,
+      'TOLLGATE_TOKEN_TTL_SECONDS',
+      DEFAULT_TOKEN_TTL_SECONDS,
+      1,
+      86_400,
+    ),
     trustProxy: trustProxy(env),
     upstreamUrl: upstreamUrl(env),
     upstreamTimeoutMs: integer(env, 'TOLLGATE_UPSTREAM_TIMEOUT_MS', 10_000, 100, 300_000),
@@ -118,7 +145,8 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
 
 function host(env: Env): string {
   const value = optional(env, 'HOST') ?? '127.0.0.1';
-  if (isIP(value) === 0 && !/^[A-Za-z0-9.-]{1,253}$/.test(value)) fail('HOST', `is not an address: ${JSON.stringify(value)}`);
+  if (isIP(value) === 0 && !/^[A-Za-z0-9.-]{1,253}$/.test(value))
+    fail('HOST', `is not an address: ${JSON.stringify(value)}`);
   return value;
 }
 
@@ -126,7 +154,10 @@ function trustProxy(env: Env): TrustProxy {
   const value = optional(env, 'TOLLGATE_TRUST_PROXY');
   if (value === undefined) return false;
   if (/^(true|false|yes|no|on|off)$/i.test(value)) {
-    fail('TOLLGATE_TRUST_PROXY', 'must be a hop count or a list of addresses; "true" would trust addresses the client writes');
+    fail(
+      'TOLLGATE_TRUST_PROXY',
+      'must be a hop count or a list of addresses; "true" would trust addresses the client writes',
+    );
   }
   if (/^\d+$/.test(value)) {
     const hops = Number(value);
@@ -135,12 +166,24 @@ function trustProxy(env: Env): TrustProxy {
   }
   const entries = value.split(',').map((entry) => entry.trim());
   for (const entry of entries) {
-    const [address = '', prefix] = entry.split('/');
-    const validAddress = TRUST_KEYWORDS.has(entry) || isIP(address) !== 0;
-    const maxPrefix = isIP(address) === 4 ? 32 : 128;
-    const validPrefix = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) >= 1 && Number(prefix) <= maxPrefix);
-    if (!validAddress || !validPrefix || (TRUST_KEYWORDS.has(entry) === false && entry.split('/').length > 2)) {
-      fail('TOLLGATE_TRUST_PROXY', `entry ${JSON.stringify(entry)} is not an address, a CIDR range, loopback, linklocal or uniquelocal`);
+    if (TRUST_KEYWORDS.has(entry)) continue;
+    // Read strictly, as whitelist entries are: `::ffff:0:0/96` is every IPv4 address, i.e. `true`.
+    const range = parseCidrEntry(entry);
+    const tooWide =
+      'error' in range
+        ? range.error.includes('(/0)')
+        : range.prefixLength < MIN_TRUSTED_PREFIX[range.kind];
+    if (tooWide) {
+      fail(
+        'TOLLGATE_TRUST_PROXY',
+        `entry ${JSON.stringify(entry)} is wider than /${MIN_TRUSTED_PREFIX.ipv4} (IPv4) or /${MIN_TRUSTED_PREFIX.ipv6} (IPv6) and would trust addresses clients hold; name your proxies`,
+      );
+    }
+    if ('error' in range) {
+      fail(
+        'TOLLGATE_TRUST_PROXY',
+        `entry ${JSON.stringify(entry)} is not an address, a CIDR range, loopback, linklocal or uniquelocal: it ${range.error}`,
+      );
     }
   }
   return entries;
@@ -155,7 +198,8 @@ function upstreamUrl(env: Env): string | undefined {
   } catch {
     return fail('TOLLGATE_UPSTREAM_URL', 'is not a URL');
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') fail('TOLLGATE_UPSTREAM_URL', 'must be http:// or https://');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    fail('TOLLGATE_UPSTREAM_URL', 'must be http:// or https://');
   if (url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '') {
     fail('TOLLGATE_UPSTREAM_URL', 'must have no query, fragment or credentials');
   }
@@ -164,9 +208,30 @@ function upstreamUrl(env: Env): string | undefined {
 
 function publicKeyHeader(env: Env): string {
   const value = optional(env, 'TOLLGATE_PUBLIC_KEY_HEADER') ?? DEFAULT_PUBLIC_KEY_HEADER;
-  if (!HEADER_NAME.test(value) || value.length > 64) fail('TOLLGATE_PUBLIC_KEY_HEADER', 'is not a valid header name');
-  const reserved = ['authorization', 'host', 'content-type', 'content-length', 'cookie', 'x-request-id'];
-  if (reserved.includes(value.toLowerCase()) || value.toLowerCase().startsWith('x-gateway-')) {
+  if (!HEADER_NAME.test(value) || value.length > 64)
+    fail('TOLLGATE_PUBLIC_KEY_HEADER', 'is not a valid header name');
+  const reserved = [
+    'authorization',
+    'host',
+    'content-type',
+    'content-length',
+    'cookie',
+    'x-request-id',
+    // Hop-by-hop, forwarding and browser headers: another meaning, set by proxies or browsers.
+    'connection',
+    'transfer-encoding',
+    'te',
+    'upgrade',
+    'proxy-authorization',
+    'forwarded',
+    'x-real-ip',
+    'origin',
+  ];
+  const lower = value.toLowerCase();
+  if (
+    reserved.includes(lower) ||
+    ['x-gateway-', 'x-forwarded-', 'sec-'].some((prefix) => lower.startsWith(prefix))
+  ) {
     fail('TOLLGATE_PUBLIC_KEY_HEADER', `cannot be ${value}`);
   }
   return value;
@@ -180,7 +245,8 @@ function logLevel(env: Env): string {
 
 function redisPrefix(env: Env): string {
   const value = optional(env, 'TOLLGATE_REDIS_PREFIX') ?? 'tollgate:rl:';
-  if (!/^[A-Za-z0-9:_.{}-]{1,64}$/.test(value)) fail('TOLLGATE_REDIS_PREFIX', 'must be 1 to 64 of letters, digits and : _ . - { }');
+  if (!/^[A-Za-z0-9:_.{}-]{1,64}$/.test(value))
+    fail('TOLLGATE_REDIS_PREFIX', 'must be 1 to 64 of letters, digits and : _ . - { }');
   return value;
 }
 
@@ -190,7 +256,11 @@ function redisTarget(env: Env): RedisTarget | undefined {
   const sentinels = optional(env, 'REDIS_SENTINELS');
   const password = optional(env, 'REDIS_PASSWORD');
   const set = [url, cluster, sentinels].filter((value) => value !== undefined).length;
-  if (set > 1) fail('REDIS_URL', 'REDIS_CLUSTER_NODES and REDIS_SENTINELS are exclusive: set one');
+  if (set > 1) {
+    throw new ConfigurationError(
+      'REDIS_URL, REDIS_CLUSTER_NODES and REDIS_SENTINELS are exclusive: set one of them',
+    );
+  }
   if (url !== undefined) {
     if (!/^rediss?:\/\/[^\s]+$/.test(url)) fail('REDIS_URL', 'must look like redis://host:6379');
     try {
@@ -206,11 +276,17 @@ function redisTarget(env: Env): RedisTarget | undefined {
     return nodes;
   };
   const withPassword = password === undefined ? {} : { password };
-  if (cluster !== undefined) return { kind: 'cluster', nodes: list('REDIS_CLUSTER_NODES', cluster), ...withPassword };
+  if (cluster !== undefined)
+    return { kind: 'cluster', nodes: list('REDIS_CLUSTER_NODES', cluster), ...withPassword };
   if (sentinels !== undefined) {
     const name = optional(env, 'REDIS_SENTINEL_NAME');
     if (name === undefined) fail('REDIS_SENTINEL_NAME', 'is required with REDIS_SENTINELS');
-    return { kind: 'sentinel', sentinels: list('REDIS_SENTINELS', sentinels), name: name as string, ...withPassword };
+    return {
+      kind: 'sentinel',
+      sentinels: list('REDIS_SENTINELS', sentinels),
+      name: name,
+      ...withPassword,
+    };
   }
   return undefined;
 }

@@ -45,7 +45,8 @@ function main(argv: string[]): void {
   if (command === 'create') {
     if (values.account === undefined) throw new ConfigurationError('--account is required');
     const role = parseRole(values.role, '--role');
-    if (values.env !== 'test' && values.env !== 'live') throw new ConfigurationError('--env must be test or live');
+    if (values.env !== 'test' && values.env !== 'live')
+      throw new ConfigurationError('--env must be test or live');
     const environment: KeyEnvironment = values.env;
     const keyId = values.key ?? `key_${randomBytes(6).toString('hex')}`;
     const publishableKey = generateKey('publishable', environment);
@@ -55,20 +56,32 @@ function main(argv: string[]): void {
       account = { id: values.account, keys: [] };
       document.accounts.push(account);
     }
-    account.keys.push({ id: keyId, publishableKey, secretKeySha256: sha256(secretKey).toString('hex'), role });
+    account.keys.push({
+      id: keyId,
+      publishableKey,
+      secretKeySha256: sha256(secretKey).toString('hex'),
+      role,
+    });
     writeDocument(values.file, document);
     console.log(`Created key ${keyId} (${role}) for account ${account.id} in ${values.file}.`);
     console.log(`  publishable key: ${publishableKey}`);
     console.log(`  secret key:      ${secretKey}`);
-    console.log('The secret key is shown only now and is not stored anywhere: keep it in your secret manager.');
+    console.log(
+      'The secret key is shown only now and is not stored anywhere: keep it in your secret manager.',
+    );
     return;
   }
   if (command === 'revoke') {
-    const key = document.accounts.flatMap((account) => account.keys).find((candidate) => candidate.id === values.key);
-    if (key === undefined) throw new ConfigurationError(`no key ${JSON.stringify(values.key)} in ${values.file}`);
+    const key = document.accounts
+      .flatMap((account) => account.keys)
+      .find((candidate) => candidate.id === values.key);
+    if (key === undefined)
+      throw new ConfigurationError(`no key ${JSON.stringify(values.key)} in ${values.file}`);
     key.revoked = true;
     writeDocument(values.file, document);
-    console.log(`Revoked key ${String(values.key)}; its tokens stop working once the gateway reloads the file.`);
+    console.log(
+      `Revoked key ${String(values.key)}; its tokens stop working once the gateway reloads the file.`,
+    );
     return;
   }
   throw new ConfigurationError(`unknown command ${JSON.stringify(command)}\n${USAGE}`);

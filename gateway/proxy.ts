@@ -63,16 +63,23 @@ export function createProxy(options: ProxyOptions): Proxy {
   const base = new URL(options.upstreamUrl);
   const basePath = base.pathname.replace(/\/$/, '');
   const client = base.protocol === 'https:' ? https : http;
-  const agent = new client.Agent({ keepAlive: true, maxSockets: options.maxSockets ?? 256, maxFreeSockets: 64 });
+  const agent = new client.Agent({
+    keepAlive: true,
+    maxSockets: options.maxSockets ?? 256,
+    maxFreeSockets: 64,
+  });
   const stripped = new Set([...STRIPPED_REQUEST_HEADERS, options.publicKeyHeader.toLowerCase()]);
 
   const handler: RequestHandler = function proxyHandler(req, res, next) {
     const headers: http.OutgoingHttpHeaders = {};
+    const namedByConnection = connectionTokens(req.headers.connection);
     for (const [name, value] of Object.entries(req.headers)) {
-      if (stripped.has(name) || STRIPPED_REQUEST_PREFIXES.some((prefix) => name.startsWith(prefix))) continue;
-      headers[name] = value;
+      const drop =
+        stripped.has(name) ||
+        namedByConnection.includes(name) ||
+        STRIPPED_REQUEST_PREFIXES.some((prefix) => name.startsWith(prefix));
+      if (!drop) headers[name] = value;
     }
-    for (const name of connectionTokens(req.headers.connection)) delete headers[name];
     const auth = req.auth;
     if (auth !== undefined) {
       headers['x-gateway-account-id'] = auth.accountId;
@@ -97,7 +104,7 @@ export function createProxy(options: ProxyOptions): Proxy {
         hostname: base.hostname,
         port: base.port,
         method: req.method,
-        path: basePath + req.originalUrl,
+        path: basePath + originForm(req.originalUrl),
         headers,
         agent,
         timeout: options.timeoutMs,
@@ -106,7 +113,8 @@ export function createProxy(options: ProxyOptions): Proxy {
         settled = true;
         const responseHeaders: http.OutgoingHttpHeaders = {};
         for (const [name, value] of Object.entries(response.headers)) {
-          if (!STRIPPED_RESPONSE_HEADERS.has(name) && value !== undefined) responseHeaders[name] = value;
+          if (!STRIPPED_RESPONSE_HEADERS.has(name) && value !== undefined)
+            responseHeaders[name] = value;
         }
         res.writeHead(response.statusCode ?? 502, responseHeaders);
         response.pipe(res);
@@ -127,10 +135,31 @@ export function createProxy(options: ProxyOptions): Proxy {
     upstream.end(body);
   };
 
-  return { handler, close: () => agent.destroy() };
+  return {
+    handler,
+    close: () => {
+      agent.destroy();
+    },
+  };
+}
+
+/** `scheme://authority` of a request target sent in absolute form (`GET http://host/path`). */
+const ABSOLUTE_FORM_PREFIX = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
+
+/**
+ * The origin-form target (`/path?query`) of a request. An absolute-form target is routed by its
+ * path, so only that path goes upstream: forwarded as is, it would let the client choose the host
+ * a proxy-capable upstream connects to. Dot segments are left alone, exactly as they were routed.
+ */
+function originForm(url: string): string {
+  const rest = url.replace(ABSOLUTE_FORM_PREFIX, '');
+  return rest.startsWith('/') ? rest : `/${rest}`;
 }
 
 function connectionTokens(connection: string | undefined): string[] {
   if (connection === undefined) return [];
-  return connection.split(',').map((token) => token.trim().toLowerCase()).filter((token) => token !== '');
+  return connection
+    .split(',')
+    .map((token) => token.trim().toLowerCase())
+    .filter((token) => token !== '');
 }

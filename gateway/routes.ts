@@ -21,17 +21,69 @@ export interface RouteSpec {
 const BEARER: readonly CredentialKind[] = ['secret', 'token'];
 
 export const ROUTES: readonly RouteSpec[] = [
-  { method: 'POST', path: '/api/v1/auth/generate-token/', accept: 'key-pair', scope: 'authenticated' },
-  { method: 'GET', path: '/api/v1/wallets/', accept: BEARER, minimumRole: 'level-1', scope: 'payments' },
-  { method: 'GET', path: '/api/v1/transactions/', accept: BEARER, minimumRole: 'level-1', scope: 'authenticated' },
-  { method: 'GET', path: '/api/v1/transactions/:id/', accept: BEARER, minimumRole: 'level-1', scope: 'authenticated' },
-  { method: 'POST', path: '/api/v1/payment/status/', accept: ['publishable', 'secret', 'token'], scope: 'payments' },
+  {
+    method: 'POST',
+    path: '/api/v1/auth/generate-token/',
+    accept: 'key-pair',
+    scope: 'authenticated',
+  },
+  {
+    method: 'GET',
+    path: '/api/v1/wallets/',
+    accept: BEARER,
+    minimumRole: 'level-1',
+    scope: 'payments',
+  },
+  {
+    method: 'GET',
+    path: '/api/v1/transactions/',
+    accept: BEARER,
+    minimumRole: 'level-1',
+    scope: 'authenticated',
+  },
+  {
+    method: 'GET',
+    path: '/api/v1/transactions/:id/',
+    accept: BEARER,
+    minimumRole: 'level-1',
+    scope: 'authenticated',
+  },
+  {
+    method: 'POST',
+    path: '/api/v1/payment/status/',
+    accept: ['publishable', 'secret', 'token'],
+    scope: 'payments',
+  },
   { method: 'POST', path: '/api/v1/checkout/', accept: ['publishable'], scope: 'checkout-create' },
   { method: 'GET', path: '/api/v1/checkout/:id/', accept: ['publishable'], scope: 'checkout-read' },
-  { method: 'POST', path: '/api/v1/payouts/', accept: BEARER, minimumRole: 'level-2', scope: 'payments' },
-  { method: 'POST', path: '/api/v1/payouts/:id/approve/', accept: BEARER, minimumRole: 'level-3', scope: 'payments' },
-  { method: 'POST', path: '/api/v1/otp/confirm/', accept: BEARER, minimumRole: 'level-3', scope: 'authenticated' },
-  { method: 'POST', path: '/api/v1/chargebacks/', accept: BEARER, minimumRole: 'level-2', scope: 'authenticated' },
+  {
+    method: 'POST',
+    path: '/api/v1/payouts/',
+    accept: BEARER,
+    minimumRole: 'level-2',
+    scope: 'payments',
+  },
+  {
+    method: 'POST',
+    path: '/api/v1/payouts/:id/approve/',
+    accept: BEARER,
+    minimumRole: 'level-3',
+    scope: 'payments',
+  },
+  {
+    method: 'POST',
+    path: '/api/v1/otp/confirm/',
+    accept: BEARER,
+    minimumRole: 'level-3',
+    scope: 'authenticated',
+  },
+  {
+    method: 'POST',
+    path: '/api/v1/chargebacks/',
+    accept: BEARER,
+    minimumRole: 'level-2',
+    scope: 'authenticated',
+  },
 ];
 
 /** Path parameters are opaque ids; anything else (`..`, `%2F`, spaces) is not a route: 404. */

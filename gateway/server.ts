@@ -11,7 +11,10 @@ import { startGateway } from './start';
 async function main(): Promise<void> {
   const config = loadConfig(process.env);
   const logger = createLogger(config.logLevel);
-  const gateway = await startGateway(config, { logger, print: (text) => process.stdout.write(`${text}\n`) });
+  const gateway = await startGateway(config, {
+    logger,
+    print: (text) => process.stdout.write(`${text}\n`),
+  });
 
   process.on('SIGHUP', () => {
     void gateway.reloadKeys();
@@ -26,8 +29,8 @@ async function main(): Promise<void> {
       () => process.exit(1),
     );
   };
-  process.once('SIGTERM', () => stop('SIGTERM'));
-  process.once('SIGINT', () => stop('SIGINT'));
+  process.once('SIGTERM', () => { stop('SIGTERM'); });
+  process.once('SIGINT', () => { stop('SIGINT'); });
 }
 
 main().catch((error: unknown) => {
@@ -35,7 +38,9 @@ main().catch((error: unknown) => {
     console.error(`tollgate: configuration error: ${error.message}`);
   } else {
     const code = (error as { code?: unknown }).code;
-    console.error(`tollgate: failed to start: ${error instanceof Error ? error.name : 'error'}${typeof code === 'string' ? ` (${code})` : ''}`);
+    console.error(
+      `tollgate: failed to start: ${error instanceof Error ? error.name : 'error'}${typeof code === 'string' ? ` (${code})` : ''}`,
+    );
   }
   process.exit(1);
 });

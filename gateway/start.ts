@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { clientErrorHandler } from '../lib/error-handler';
 import { FileKeyStore, type KeyStore } from '../lib/key-store';
 import { createLimiterRedis, type LimiterRedisConnection } from '../lib/rate-limit/redis-client';
 import { TokenService } from '../lib/tokens';
@@ -84,6 +85,8 @@ export async function startGateway(config: GatewayConfig, options: StartOptions)
     server.once('listening', resolve);
     server.once('error', reject);
   });
+  // Requests Node's parser refuses get the contract's JSON error body, not a bare status line.
+  server.on('clientError', clientErrorHandler());
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   server.requestTimeout = 30_000;

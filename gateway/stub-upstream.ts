@@ -34,7 +34,12 @@ type Json = Record<string, unknown>;
 type Reply = [status: number, body: Json];
 
 const WALLETS = [
-  { id: 'wal_kes_001', currency: 'KES', available_balance: '125000.00', current_balance: '130000.00' },
+  {
+    id: 'wal_kes_001',
+    currency: 'KES',
+    available_balance: '125000.00',
+    current_balance: '130000.00',
+  },
   { id: 'wal_usd_001', currency: 'USD', available_balance: '2100.50', current_balance: '2100.50' },
 ];
 const TRANSACTIONS = [
@@ -75,7 +80,11 @@ export function createStubUpstream(): http.Server {
   return server;
 }
 
-function route(req: http.IncomingMessage, raw: Buffer, stateOf: (account: string) => AccountState): Reply {
+function route(
+  req: http.IncomingMessage,
+  raw: Buffer,
+  stateOf: (account: string) => AccountState,
+): Reply {
   const url = new URL(req.url ?? '/', 'http://upstream');
   const path = url.pathname.replace(/\/?$/, '/');
   const account = header(req, 'x-gateway-account-id');
@@ -87,7 +96,11 @@ function route(req: http.IncomingMessage, raw: Buffer, stateOf: (account: string
   const state = stateOf(account);
   const segments = path.split('/').filter((segment) => segment !== '');
   const [, , resource, id, action] = segments; // api, v1, resource, id?, action?
-  const key = `${req.method ?? ''} ${resource ?? ''}${id === undefined ? '' : '/:id'}${action === undefined ? '' : `/${action}`}`;
+  // `payment/status` is a fixed path, not a resource id: without this it fell through to 404.
+  const fixed = resource === 'payment' && id === 'status' && action === undefined;
+  const key = fixed
+    ? `${req.method ?? ''} payment/status`
+    : `${req.method ?? ''} ${resource ?? ''}${id === undefined ? '' : '/:id'}${action === undefined ? '' : `/${action}`}`;
 
   switch (key) {
     case 'GET wallets':
@@ -96,17 +109,24 @@ function route(req: http.IncomingMessage, raw: Buffer, stateOf: (account: string
       return [200, { account_id: account, transactions: TRANSACTIONS, next_cursor: null }];
     case 'GET transactions/:id': {
       const transaction = TRANSACTIONS.find((item) => item.id === id);
-      return transaction === undefined ? [404, { error: 'transaction not found' }] : [200, transaction];
+      return transaction === undefined
+        ? [404, { error: 'transaction not found' }]
+        : [200, transaction];
     }
     case 'POST payment/status': {
       const invoiceId = body.invoice_id;
-      if (typeof invoiceId !== 'string' || invoiceId === '') return [400, { error: 'invoice_id is required' }];
+      if (typeof invoiceId !== 'string' || invoiceId === '')
+        return [400, { error: 'invoice_id is required' }];
       const checkout = [...state.checkouts.values()].find((item) => item.invoice_id === invoiceId);
-      return [200, { invoice_id: invoiceId, state: checkout?.state ?? 'COMPLETE', account_id: account }];
+      return [
+        200,
+        { invoice_id: invoiceId, state: checkout?.state ?? 'COMPLETE', account_id: account },
+      ];
     }
     case 'POST checkout': {
       const amount = Number(body.amount ?? 100);
-      if (!Number.isFinite(amount) || amount <= 0) return [400, { error: 'amount must be positive' }];
+      if (!Number.isFinite(amount) || amount <= 0)
+        return [400, { error: 'amount must be positive' }];
       const checkout: Checkout = {
         id: `chk_${randomUUID().slice(0, 12)}`,
         invoice_id: `INV-${randomUUID().slice(0, 8).toUpperCase()}`,
@@ -119,11 +139,14 @@ function route(req: http.IncomingMessage, raw: Buffer, stateOf: (account: string
     }
     case 'GET checkout/:id': {
       const checkout = state.checkouts.get(id ?? '');
-      return checkout === undefined ? [404, { error: 'checkout not found' }] : [200, { ...checkout }];
+      return checkout === undefined
+        ? [404, { error: 'checkout not found' }]
+        : [200, { ...checkout }];
     }
     case 'POST payouts': {
       const amount = Number(body.amount ?? 0);
-      if (!Number.isFinite(amount) || amount <= 0) return [400, { error: 'amount must be positive' }];
+      if (!Number.isFinite(amount) || amount <= 0)
+        return [400, { error: 'amount must be positive' }];
       const payout: Payout = {
         id: `po_${randomUUID().slice(0, 12)}`,
         amount,
@@ -147,7 +170,14 @@ function route(req: http.IncomingMessage, raw: Buffer, stateOf: (account: string
         ? [200, { status: 'confirmed' }]
         : [400, { error: 'otp must be 4 to 8 digits' }];
     case 'POST chargebacks':
-      return [201, { id: `cb_${randomUUID().slice(0, 12)}`, status: 'open', transaction_id: body.transaction_id ?? null }];
+      return [
+        201,
+        {
+          id: `cb_${randomUUID().slice(0, 12)}`,
+          status: 'open',
+          transaction_id: body.transaction_id ?? null,
+        },
+      ];
     default:
       return [404, { error: 'no such route' }];
   }
@@ -162,21 +192,27 @@ function parseBody(raw: Buffer): Json {
   if (raw.length === 0) return {};
   try {
     const value: unknown = JSON.parse(raw.toString('utf8'));
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Json) : {};
+    return typeof value === 'object' && value !== null && !Array.isArray(value)
+      ? (value as Json)
+      : {};
   } catch {
     return {};
   }
 }
 
 /** Starts the stub on `host:port` (0: any free port) and resolves with its base URL. */
-export async function startStubUpstream(host = '127.0.0.1', port = 0): Promise<{ server: http.Server; url: string }> {
+export async function startStubUpstream(
+  host = '127.0.0.1',
+  port = 0,
+): Promise<{ server: http.Server; url: string }> {
   const server = createStubUpstream();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(port, host, () => resolve());
+    server.listen(port, host, () => { resolve(); });
   });
   const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('stub upstream has no TCP address');
+  if (address === null || typeof address === 'string')
+    throw new Error('stub upstream has no TCP address');
   const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return { server, url: `http://${shownHost}:${address.port}` };
 }

@@ -19,7 +19,7 @@ export interface SecurityEvent {
   readonly event: 'leaked_secret_key';
   readonly keyId: string;
   readonly accountId: string;
-  readonly reason: 'sent_as_publishable_key' | 'sent_from_browser';
+  readonly reason: 'sent_as_publishable_key' | 'sent_from_browser' | 'sent_in_query_string';
 }
 
 export interface AuthenticateOptions {
@@ -43,7 +43,6 @@ export interface AuthenticateOptions {
 const BEARER_PATTERN = /^bearer ([\x21-\x7e]+)$/i;
 const TOKEN_PATTERN = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
 const HEADER_NAME_PATTERN = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
-const BROWSER_HEADERS = ['origin', 'sec-fetch-mode', 'sec-fetch-site', 'sec-fetch-dest'] as const;
 const KIND_NAMES: Record<CredentialKind, string> = {
   secret: 'a secret key',
   token: 'a token',
@@ -52,8 +51,7 @@ const KIND_NAMES: Record<CredentialKind, string> = {
 
 /** A credential as found in the request, before any lookup. */
 export type PresentedCredential =
-  | { kind: 'secret' | 'token'; value: string }
-  | { kind: 'publishable'; value: string };
+  { kind: 'secret' | 'token'; value: string } | { kind: 'publishable'; value: string };
 
 /**
  * Finds the one credential a request carries. Pure apart from reading `req`; throws
@@ -64,7 +62,9 @@ export function presentedCredential(req: Request, publicKeyHeader: string): Pres
   const headerKey = singleHeader(req, publicKeyHeader);
   const bodyKey = bodyPublicKey(req.body);
   if (headerKey !== undefined && bodyKey !== undefined) {
-    throw new InvalidRequestError('Send the publishable key in the header or in the body, not both');
+    throw new InvalidRequestError(
+      'Send the publishable key in the header or in the body, not both',
+    );
   }
   const publishable = headerKey ?? bodyKey;
   if (authorization !== undefined && publishable !== undefined) {
@@ -79,6 +79,13 @@ export function presentedCredential(req: Request, publicKeyHeader: string): Pres
   }
   if (publishable !== undefined) return { kind: 'publishable', value: publishable };
   throw new AuthenticationError('missing_credentials');
+}
+
+/** True when the request carries a header only browsers send: `Origin` or any `Sec-Fetch-*`. */
+export function hasBrowserSignals(req: Request): boolean {
+  return Object.keys(req.headers).some(
+    (name) => name === 'origin' || name.startsWith('sec-fetch-'),
+  );
 }
 
 function singleHeader(req: Request, name: string): string | undefined {
@@ -106,6 +113,8 @@ export function authenticate(options: AuthenticateOptions): RequestHandler {
   return async function authenticateMiddleware(req, _res, next) {
     const credential = presentedCredential(req, config.publicKeyHeader);
     if (!config.accept.has(credential.kind)) {
+      if (credential.kind === 'publishable')
+        await reportLeakedSecretKey(credential.value, req, config);
       throw new AuthenticationError('credential_not_allowed', config.acceptedMessage);
     }
     switch (credential.kind) {
@@ -137,11 +146,18 @@ function resolveOptions(options: AuthenticateOptions): ResolvedOptions {
     );
   }
   if (accept.has('token') && options.tokens === undefined) {
-    throw new ConfigurationError("authenticate(): accept includes 'token' but no tokens service was given");
+    throw new ConfigurationError(
+      "authenticate(): accept includes 'token' but no tokens service was given",
+    );
   }
   const publicKeyHeader = options.publicKeyHeader ?? DEFAULT_PUBLIC_KEY_HEADER;
-  if (!HEADER_NAME_PATTERN.test(publicKeyHeader) || publicKeyHeader.toLowerCase() === 'authorization') {
-    throw new ConfigurationError(`authenticate(): invalid publicKeyHeader ${JSON.stringify(publicKeyHeader)}`);
+  if (
+    !HEADER_NAME_PATTERN.test(publicKeyHeader) ||
+    publicKeyHeader.toLowerCase() === 'authorization'
+  ) {
+    throw new ConfigurationError(
+      `authenticate(): invalid publicKeyHeader ${JSON.stringify(publicKeyHeader)}`,
+    );
   }
   return {
     keyStore: options.keyStore,
@@ -165,7 +181,7 @@ async function authenticateSecretKey(
   }
   const key = usable(await config.keyStore.findBySecretKey(secret));
   if (key === undefined) throw new AuthenticationError('invalid_api_key');
-  if (config.refuseSecretKeysFromBrowsers && BROWSER_HEADERS.some((name) => name in req.headers)) {
+  if (config.refuseSecretKeysFromBrowsers && hasBrowserSignals(req)) {
     config.onSecurityEvent(leaked(key, 'sent_from_browser'), req);
     throw new AuthenticationError(
       'credential_not_allowed',
@@ -179,7 +195,7 @@ async function authenticateToken(token: string, config: ResolvedOptions): Promis
   if (config.tokens === undefined) throw new AuthenticationError('invalid_token');
   const claims = config.tokens.verify(token);
   const key = usable(await config.keyStore.findById(claims.keyId));
-  if (key === undefined || key.accountId !== claims.accountId) {
+  if (key?.accountId !== claims.accountId) {
     throw new AuthenticationError('invalid_token');
   }
   return { ...contextOf(key, 'token'), tokenId: claims.tokenId };
@@ -191,13 +207,29 @@ async function authenticatePublishableKey(
   config: ResolvedOptions,
 ): Promise<AuthContext> {
   const shape = keyShape(value);
-  if (shape === 'malformed' || shape === 'corrupt') throw new AuthenticationError('invalid_api_key');
-  const key = keyPrefixType(value) === 'secret' ? undefined : usable(await config.keyStore.findByPublishableKey(value));
+  if (shape === 'malformed' || shape === 'corrupt')
+    throw new AuthenticationError('invalid_api_key');
+  const key =
+    keyPrefixType(value) === 'secret'
+      ? undefined
+      : usable(await config.keyStore.findByPublishableKey(value));
   if (key !== undefined) return contextOf(key, 'publishable');
   // A secret key sent where publishable keys go never authenticates, and is reported as leaked.
-  const leakedKey = await config.keyStore.findBySecretKey(value);
-  if (leakedKey !== undefined) config.onSecurityEvent(leaked(leakedKey, 'sent_as_publishable_key'), req);
+  await reportLeakedSecretKey(value, req, config);
   throw new AuthenticationError('invalid_api_key');
+}
+
+/** Reports `value` as a leaked secret key when it is one (sent as a publishable key). */
+async function reportLeakedSecretKey(
+  value: string,
+  req: Request,
+  config: ResolvedOptions,
+): Promise<void> {
+  const shape = keyShape(value);
+  if (shape === 'malformed' || shape === 'corrupt') return;
+  const leakedKey = await config.keyStore.findBySecretKey(value);
+  if (leakedKey !== undefined)
+    config.onSecurityEvent(leaked(leakedKey, 'sent_as_publishable_key'), req);
 }
 
 function usable(key: KeyRecord | undefined): KeyRecord | undefined {
@@ -214,6 +246,77 @@ export function contextOf(key: KeyRecord, credential: CredentialKind): AuthConte
   };
 }
 
-function leaked(key: KeyRecord, reason: SecurityEvent['reason']): SecurityEvent {
+export function leaked(key: KeyRecord, reason: SecurityEvent['reason']): SecurityEvent {
   return { event: 'leaked_secret_key', keyId: key.id, accountId: key.accountId, reason };
+}
+
+/**
+ * Query parameters that carry credentials in other APIs (compared lower-case, `-` as `_`, without
+ * an `[…]` suffix). None is ever read: a request naming one is refused, so the credential is not
+ * forwarded upstream either, where URLs end up in access logs.
+ */
+export const QUERY_CREDENTIAL_PARAMS: ReadonlySet<string> = new Set([
+  'api_key',
+  'apikey',
+  'api_secret',
+  'secret',
+  'secret_key',
+  'token',
+  'access_token',
+  'public_key',
+  'authorization',
+]);
+
+/** A typed secret key or a JWT anywhere in a query value, whatever the parameter is called. */
+const SECRET_OR_TOKEN_VALUE =
+  /sk_(?:live|test)_[0-9A-Za-z]{20}|eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\./;
+
+export interface QueryCredentialOptions {
+  /** Looks up refused values, to report a secret key sent in a URL as leaked. */
+  keyStore?: KeyStore;
+  /** Called when a refused value is a known secret key; receives the key id, never the secret. */
+  onSecurityEvent?: (event: SecurityEvent, req: Request) => void;
+}
+
+/**
+ * Refuses with 400 `invalid_request` a request whose query string carries a credential: a
+ * parameter of `QUERY_CREDENTIAL_PARAMS`, or any value that looks like a secret key or a token.
+ * Mount it before the routes. A known secret key found there is reported as leaked.
+ */
+export function refuseQueryCredentials(options: QueryCredentialOptions = {}): RequestHandler {
+  const { keyStore, onSecurityEvent } = options;
+  return async function refuseQueryCredentialsMiddleware(req, _res, next) {
+    const refused = credentialsInQuery(req.originalUrl);
+    if (refused.length === 0) {
+      next();
+      return;
+    }
+    if (keyStore !== undefined && onSecurityEvent !== undefined) {
+      for (const value of refused) {
+        const shape = keyShape(value);
+        const key =
+          shape === 'malformed' || shape === 'corrupt'
+            ? undefined
+            : await keyStore.findBySecretKey(value);
+        if (key !== undefined) onSecurityEvent(leaked(key, 'sent_in_query_string'), req);
+      }
+    }
+    throw new InvalidRequestError(
+      'Credentials are never accepted in the query string; send them in the Authorization header',
+    );
+  };
+}
+
+/** The values of the credential-carrying parameters of `url`'s query string. */
+export function credentialsInQuery(url: string): string[] {
+  const start = url.indexOf('?');
+  if (start === -1) return [];
+  const refused: string[] = [];
+  // `;` separates parameters for some upstream frameworks: read it as `&` so none hides behind it.
+  for (const [name, value] of new URLSearchParams(url.slice(start + 1).replaceAll(';', '&'))) {
+    const normalised = name.trim().toLowerCase().replace(/\[.*$/, '').replaceAll('-', '_');
+    if (QUERY_CREDENTIAL_PARAMS.has(normalised) || SECRET_OR_TOKEN_VALUE.test(value))
+      refused.push(value);
+  }
+  return refused;
 }

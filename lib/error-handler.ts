@@ -1,5 +1,9 @@
+import { randomUUID } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import {
+  type ErrorCode,
   GatewayError,
   InternalError,
   InvalidRequestError,
@@ -48,7 +52,8 @@ export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHan
 /** The `GatewayError` for any thrown value; errors of unknown kinds become `InternalError`. */
 export function toGatewayError(error: unknown): GatewayError {
   if (error instanceof GatewayError) return error;
-  const type = typeof error === 'object' && error !== null ? (error as { type?: unknown }).type : undefined;
+  const type =
+    typeof error === 'object' && error !== null ? (error as { type?: unknown }).type : undefined;
   switch (type) {
     case 'entity.too.large':
       return new PayloadTooLargeError();
@@ -68,7 +73,10 @@ export function toGatewayError(error: unknown): GatewayError {
 
 /** Errors from Express itself (e.g. a malformed percent-encoding in a path) carry a 4xx `status`. */
 function fromHttpError(error: unknown): GatewayError {
-  const status = typeof error === 'object' && error !== null ? (error as { status?: unknown }).status : undefined;
+  const status =
+    typeof error === 'object' && error !== null
+      ? (error as { status?: unknown }).status
+      : undefined;
   if (typeof status !== 'number' || status < 400 || status > 499) return new InternalError();
   if (status === 413) return new PayloadTooLargeError();
   if (status === 415) return new UnsupportedMediaTypeError();
@@ -83,6 +91,38 @@ function describeError(error: unknown): { name: string; code?: string } {
   return { name: typeof error };
 }
 
+/** Node's parser error codes, as Node itself answers them (status), with the contract's code. */
+type ClientError = readonly [status: number, code: ErrorCode, message: string];
+const CLIENT_ERRORS: Record<string, ClientError> & { default: ClientError } = {
+  HPE_HEADER_OVERFLOW: [431, 'invalid_request', 'Request headers too large'],
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'payload_too_large', 'Request body too large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'invalid_request', 'The request was not received in time'],
+  default: [400, 'invalid_request', 'The request could not be parsed'],
+};
+
+/**
+ * For `server.on('clientError', …)`: answers a request that Node's HTTP parser refused (invalid
+ * header bytes, headers over the size limit, conflicting framing, a malformed request line) with
+ * the error body of every other error, instead of Node's bare status line. Nothing of the request
+ * or of the parser's message is echoed.
+ */
+export function clientErrorHandler(): (error: Error & { code?: string }, socket: Duplex) => void {
+  return function handleClientError(error, socket) {
+    // As Node does: never write into a response that has already started on this socket.
+    const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+    if (error.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent === true) {
+      socket.destroy();
+      return;
+    }
+    const [status, code, message] = CLIENT_ERRORS[error.code ?? ''] ?? CLIENT_ERRORS.default;
+    const body = JSON.stringify({ status, code, message, request_id: randomUUID() });
+    socket.end(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n${body}`,
+    );
+  };
+}
+
 /** Answers 404 `not_found`; mount last, before the error handler. */
 export function notFound(): RequestHandler {
   return function notFoundHandler(_req, _res, next) {
@@ -92,7 +132,8 @@ export function notFound(): RequestHandler {
 
 /** Answers 405 `method_not_allowed` with `Allow`; mount with `router.all(path, …)` after the routes. */
 export function methodNotAllowed(allowed: readonly string[]): RequestHandler {
-  const methods = allowed.includes('GET') && !allowed.includes('HEAD') ? [...allowed, 'HEAD'] : [...allowed];
+  const methods =
+    allowed.includes('GET') && !allowed.includes('HEAD') ? [...allowed, 'HEAD'] : [...allowed];
   return function methodNotAllowedHandler(_req, _res, next) {
     next(new MethodNotAllowedError(methods));
   };

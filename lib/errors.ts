@@ -128,7 +128,9 @@ export class UpstreamError extends GatewayError {
     super(
       kind === 'timeout' ? 504 : 502,
       kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable',
-      kind === 'timeout' ? 'The payments service did not answer in time' : 'The payments service is unavailable',
+      kind === 'timeout'
+        ? 'The payments service did not answer in time'
+        : 'The payments service is unavailable',
     );
   }
 }

@@ -1,10 +1,25 @@
 export type { AuthContext, CredentialKind, Logger } from './types';
 export { CREDENTIAL_KINDS } from './types';
 export * from './errors';
-export { ROLES, OWNER_ROLE, type Role, isRole, roleRank, roleSatisfies, requireRole } from './roles';
+export {
+  ROLES,
+  OWNER_ROLE,
+  type Role,
+  isRole,
+  roleRank,
+  roleSatisfies,
+  requireRole,
+} from './roles';
 export { canonicalClientIp, parseCidrEntry, type CidrRange } from './ip-address';
 export { IpWhitelist, requireWhitelistedIp, type IpWhitelistOptions } from './ip-whitelist';
-export { generateKey, keyShape, keyPrefixType, type KeyShape, type KeyType, type KeyEnvironment } from './key-format';
+export {
+  generateKey,
+  keyShape,
+  keyPrefixType,
+  type KeyShape,
+  type KeyType,
+  type KeyEnvironment,
+} from './key-format';
 export { KeyRing, FileKeyStore, sha256, type KeyRecord, type KeyStore } from './key-store';
 export {
   TokenService,
@@ -17,15 +32,31 @@ export {
 export {
   authenticate,
   presentedCredential,
+  refuseQueryCredentials,
+  hasBrowserSignals,
+  QUERY_CREDENTIAL_PARAMS,
+  type QueryCredentialOptions,
   DEFAULT_PUBLIC_KEY_HEADER,
   type AuthenticateOptions,
   type SecurityEvent,
   type PresentedCredential,
 } from './credentials';
-export { authenticateKeyPair, issueToken, type KeyPairOptions, type IssueTokenOptions } from './token-exchange';
+export {
+  authenticateKeyPair,
+  issueToken,
+  type KeyPairOptions,
+  type IssueTokenOptions,
+} from './token-exchange';
 export { requestId, clientIp } from './request-context';
 export { jsonBody, parseJsonObject, DEFAULT_BODY_LIMIT, type JsonBodyOptions } from './json-body';
-export { errorHandler, toGatewayError, notFound, methodNotAllowed, type ErrorHandlerOptions } from './error-handler';
+export {
+  errorHandler,
+  toGatewayError,
+  notFound,
+  methodNotAllowed,
+  clientErrorHandler,
+  type ErrorHandlerOptions,
+} from './error-handler';
 export {
   createRateLimiter,
   retryAfterSeconds,
@@ -43,7 +74,11 @@ export {
   type AuthFailureLimiterOptions,
 } from './rate-limit/auth-failures';
 export { ResilientStore, type ResilientStoreOptions } from './rate-limit/resilient-store';
-export { RedisHealth, type SharedStoreState, type RedisHealthOptions } from './rate-limit/redis-health';
+export {
+  RedisHealth,
+  type SharedStoreState,
+  type RedisHealthOptions,
+} from './rate-limit/redis-health';
 export {
   redisCommandFn,
   RedisUnavailableError,

@@ -9,9 +9,14 @@ import ipaddr from 'ipaddr.js';
 
 /** Canonical form of a client address, or `undefined` when `value` is not an IP address. */
 export function canonicalClientIp(value: string | undefined): string | undefined {
-  if (value === undefined || value.length > 64 || isIP(value) === 0) return undefined;
+  if (value === undefined || value.length > 64) return undefined;
+  // A zone id (`fe80::1%eth0`) names an interface of this host, not the client: it is dropped, so
+  // a forwarded value cannot vary it to make new rate-limit keys or log text.
+  const zone = value.indexOf('%');
+  const address = zone === -1 ? value : value.slice(0, zone);
+  if (isIP(address) === 0 || (zone !== -1 && isIP(address) !== 6)) return undefined;
   try {
-    return ipaddr.process(value).toString();
+    return ipaddr.process(address).toString();
   } catch {
     return undefined;
   }
@@ -46,7 +51,13 @@ export function parseCidrEntry(entry: unknown): CidrRange | { error: string } {
   let address: ipaddr.IPv4 | ipaddr.IPv6;
   if (ipaddr.IPv4.isValidFourPartDecimal(addressText)) {
     address = ipaddr.IPv4.parse(addressText);
-  } else if (addressText.includes(':') && ipaddr.IPv6.isValid(addressText)) {
+  } else if (/^::(?:\d+\.){3}\d+$/.test(addressText)) {
+    // ipaddr.js reads the deprecated IPv4-compatible `::a.b.c.d` as the mapped `::ffff:a.b.c.d`.
+    return {
+      error: 'is the deprecated IPv4-compatible form ::a.b.c.d; write a.b.c.d or ::ffff:a.b.c.d',
+    };
+  } else if (isIP(addressText) === 6 && ipaddr.IPv6.isValid(addressText)) {
+    // node:net is strict about an embedded IPv4 part; ipaddr.js also reads `::ffff:0xa.0.0.1`.
     address = ipaddr.IPv6.parse(addressText);
   } else {
     return { error: 'is not an IPv4 address in four decimal parts or an IPv6 address' };

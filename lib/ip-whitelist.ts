@@ -1,7 +1,7 @@
 import type { RequestHandler } from 'express';
 import ipRangeCheck from 'ip-range-check';
 import { ConfigurationError, IpNotWhitelistedError } from './errors';
-import { type CidrRange, formatCidr, parseCidrEntry } from './ip-address';
+import { type CidrRange, canonicalClientIp, formatCidr, parseCidrEntry } from './ip-address';
 import type { CredentialKind } from './types';
 
 /** A list of addresses and CIDR ranges, validated and canonicalised once, matched per request. */
@@ -33,10 +33,12 @@ export class IpWhitelist {
     return new IpWhitelist(ranges);
   }
 
-  /** `ip` must be a canonical client address (see `canonicalClientIp`); anything else is denied. */
+  /** `ip` is read strictly (see `canonicalClientIp`); anything that is not one IP address is denied. */
   allows(ip: string | undefined): boolean {
-    if (ip === undefined) return false;
-    return ipRangeCheck(ip, this.ranges as string[]);
+    // ip-range-check alone would read `167772161` and `10.1` as 10.0.0.1.
+    const canonical = canonicalClientIp(ip);
+    if (canonical === undefined) return false;
+    return ipRangeCheck(canonical, this.ranges as string[]);
   }
 
   /** The canonical entries, for logs at start-up and tests. */

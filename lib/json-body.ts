@@ -16,7 +16,11 @@ export interface JsonBodyOptions {
 export const DEFAULT_BODY_LIMIT = '64kb';
 
 export function jsonBody(options: JsonBodyOptions = {}): RequestHandler {
-  const readRaw = express.raw({ type: () => true, limit: options.limit ?? DEFAULT_BODY_LIMIT, inflate: false });
+  const readRaw = express.raw({
+    type: () => true,
+    limit: options.limit ?? DEFAULT_BODY_LIMIT,
+    inflate: false,
+  });
   return function jsonBodyMiddleware(req, res, next) {
     if (!hasBody(req.headers)) {
       req.body = undefined;
@@ -27,6 +31,7 @@ export function jsonBody(options: JsonBodyOptions = {}): RequestHandler {
       next(new UnsupportedMediaTypeError());
       return;
     }
+    // eslint-disable-next-line @typescript-eslint/no-unsafe-class-instance-assignment -- req is the IncomingMessage Node created
     readRaw(req, res, (error?: unknown) => {
       if (error !== undefined) {
         next(error);
@@ -67,5 +72,42 @@ export function parseJsonObject(raw: Buffer): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new InvalidRequestError('The body must be a JSON object');
   }
+  if (hasDuplicateKey(raw.toString('utf8'))) {
+    throw new InvalidRequestError('The body names a field twice');
+  }
   return value as Record<string, unknown>;
+}
+
+/**
+ * True when an object of `text` (valid JSON) names a key twice. `JSON.parse` keeps the last value,
+ * other parsers the first: `{"public_key": a, "public_key": b}` would authenticate one key here
+ * and show another upstream. Keys are compared decoded, so `"api\u005fkey"` is `"api_key"`.
+ */
+function hasDuplicateKey(text: string): boolean {
+  const objects: (Set<string> | undefined)[] = [];
+  let expectingKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const char = text[i];
+    if (char === '"') {
+      let end = i + 1;
+      while (text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+      const keys = objects.at(-1);
+      if (expectingKey && keys !== undefined) {
+        const key = JSON.parse(text.slice(i, end + 1)) as string;
+        if (keys.has(key)) return true;
+        keys.add(key);
+      }
+      expectingKey = false;
+      i = end;
+    } else if (char === '{' || char === '[') {
+      objects.push(char === '{' ? new Set() : undefined);
+      expectingKey = char === '{';
+    } else if (char === '}' || char === ']') {
+      objects.pop();
+      expectingKey = false;
+    } else if (char === ',') {
+      expectingKey = objects.at(-1) !== undefined;
+    }
+  }
+  return false;
 }

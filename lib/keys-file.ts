@@ -77,7 +77,8 @@ export function parseKeysDocument(document: unknown, source: string): KeyRecord[
       if (digests.has(digest as string)) fail(`${at}.secretKeySha256`, 'duplicate secret key');
       digests.add(digest as string);
 
-      const role = key.role === undefined ? OWNER_ROLE : parseRole(key.role, `${source}: ${at}.role`);
+      const role =
+        key.role === undefined ? OWNER_ROLE : parseRole(key.role, `${source}: ${at}.role`);
       if (key.revoked !== undefined && typeof key.revoked !== 'boolean') {
         fail(`${at}.revoked`, 'must be true or false');
       }

@@ -1,7 +1,7 @@
-import type { RequestHandler } from 'express';
-import { contextOf } from './credentials';
+import type { Request, RequestHandler } from 'express';
+import { contextOf, hasBrowserSignals, leaked, type SecurityEvent } from './credentials';
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
-import { KEY_MAX_LENGTH } from './key-format';
+import { keyShape } from './key-format';
 import type { KeyStore } from './key-store';
 import type { TokenService } from './tokens';
 
@@ -13,6 +13,13 @@ import type { TokenService } from './tokens';
 
 export interface KeyPairOptions {
   keyStore: KeyStore;
+  /**
+   * Refuse the exchange when the request carries browser signals (`Origin`, `Sec-Fetch-*`): the
+   * secret key is in a browser, where it can move money. Defaults to `true`.
+   */
+  refuseSecretKeysFromBrowsers?: boolean;
+  /** Called for security events (a secret key seen in a browser); receives the key id only. */
+  onSecurityEvent?: (event: SecurityEvent, req: Request) => void;
 }
 
 /**
@@ -25,26 +32,46 @@ export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
     throw new ConfigurationError('authenticateKeyPair(): keyStore is required');
   }
   const { keyStore } = options;
+  const refuseFromBrowsers = options.refuseSecretKeysFromBrowsers ?? true;
+  const onSecurityEvent = options.onSecurityEvent ?? (() => undefined);
   return async function authenticateKeyPairMiddleware(req, _res, next) {
     const { apiKey, apiSecret } = readKeyPair(req.body);
     if (req.headersDistinct.authorization !== undefined) {
-      throw new InvalidRequestError('Send the key pair in the body only, without an Authorization header');
+      throw new InvalidRequestError(
+        'Send the key pair in the body only, without an Authorization header',
+      );
     }
+    // A value that cannot be a key (wrong length or characters, a typed key with a wrong checksum)
+    // is refused before any lookup.
     const key =
-      apiKey.length > KEY_MAX_LENGTH || apiSecret.length > KEY_MAX_LENGTH
-        ? undefined
-        : await keyStore.findByKeyPair(apiKey, apiSecret);
+      isPlausibleKey(apiKey) && isPlausibleKey(apiSecret)
+        ? await keyStore.findByKeyPair(apiKey, apiSecret)
+        : undefined;
     if (key === undefined || key.revoked) throw new AuthenticationError('invalid_credentials');
+    if (refuseFromBrowsers && hasBrowserSignals(req)) {
+      onSecurityEvent(leaked(key, 'sent_from_browser'), req);
+      throw new AuthenticationError(
+        'credential_not_allowed',
+        'Secret keys must never be used from a browser; exchange them for a token on your server',
+      );
+    }
     req.auth = contextOf(key, 'secret');
     next();
   };
+}
+
+function isPlausibleKey(value: string): boolean {
+  const shape = keyShape(value);
+  return shape === 'typed' || shape === 'opaque';
 }
 
 function readKeyPair(body: unknown): { apiKey: string; apiSecret: string } {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new InvalidRequestError('The body must be a JSON object with api_key and api_secret');
   }
-  const apiKey = Object.hasOwn(body, 'api_key') ? (body as { api_key: unknown }).api_key : undefined;
+  const apiKey = Object.hasOwn(body, 'api_key')
+    ? (body as { api_key: unknown }).api_key
+    : undefined;
   const apiSecret = Object.hasOwn(body, 'api_secret')
     ? (body as { api_secret: unknown }).api_secret
     : undefined;

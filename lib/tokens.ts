@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createSecretKey, type KeyObject, randomUUID } from 'node:crypto';
 import jwt from 'jsonwebtoken';
 import { AuthenticationError, ConfigurationError } from './errors';
 import type { KeyRecord } from './key-store';
@@ -59,7 +59,7 @@ interface TokenPayload {
 
 export class TokenService {
   readonly ttlSeconds: number;
-  private readonly secret: Buffer;
+  private readonly secret: KeyObject;
   private readonly clockTolerance: number;
   private readonly now: () => number;
 
@@ -79,10 +79,19 @@ export class TokenService {
       );
     }
     const tolerance = options.clockToleranceSeconds ?? 0;
-    if (typeof tolerance !== 'number' || !Number.isInteger(tolerance) || tolerance < 0 || tolerance > 300) {
-      throw new ConfigurationError('TokenService: clockToleranceSeconds must be a whole number from 0 to 300');
+    if (
+      typeof tolerance !== 'number' ||
+      !Number.isInteger(tolerance) ||
+      tolerance < 0 ||
+      tolerance > 300
+    ) {
+      throw new ConfigurationError(
+        'TokenService: clockToleranceSeconds must be a whole number from 0 to 300',
+      );
     }
-    this.secret = secret;
+    // A KeyObject, not the raw bytes: given bytes, jsonwebtoken first tries (and fails) to parse
+    // them as a PEM/DER public or private key on every call, which cost ~1 ms of CPU per token.
+    this.secret = createSecretKey(secret);
     this.ttlSeconds = ttl;
     this.clockTolerance = tolerance;
     this.now = options.now ?? Date.now;
@@ -119,18 +128,36 @@ export class TokenService {
       });
     } catch (error) {
       // TokenExpiredError extends JsonWebTokenError: test it first. It is only thrown once the
-      // signature has been checked, so a forged token never reads as merely expired.
-      if (error instanceof jwt.TokenExpiredError) {
+      // signature has been checked, so a forged token never reads as merely expired; and it is
+      // thrown before the issuer or the payload are looked at, so only a token this service could
+      // have minted reads as expired (a malformed one, however signed, is invalid).
+      if (
+        error instanceof jwt.TokenExpiredError &&
+        this.claimsOf(jwt.decode(token, { complete: true }), nowSeconds) !== undefined
+      ) {
         throw new AuthenticationError('expired_token');
       }
       throw invalidToken();
     }
-    if (decoded.header.typ !== undefined && decoded.header.typ !== 'JWT') throw invalidToken();
-    const claims = readPayload(decoded.payload);
+    const claims = this.claimsOf(decoded, nowSeconds);
     if (claims === undefined) throw invalidToken();
+    return claims;
+  }
+
+  /** The claims of a decoded token, when it has the shape this service mints; expiry is not checked. */
+  private claimsOf(decoded: jwt.Jwt | null, nowSeconds: number): TokenClaims | undefined {
+    if (decoded === null || (decoded.header.typ !== undefined && decoded.header.typ !== 'JWT'))
+      return undefined;
+    if (typeof decoded.payload !== 'object' || decoded.payload.iss !== ISSUER) return undefined;
+    const claims = readPayload(decoded.payload);
+    if (claims === undefined) return undefined;
     const lifetime = claims.expiresAt - claims.issuedAt;
-    if (claims.issuedAt > nowSeconds + this.clockTolerance || lifetime <= 0 || lifetime > this.ttlSeconds) {
-      throw invalidToken();
+    if (
+      claims.issuedAt > nowSeconds + this.clockTolerance ||
+      lifetime <= 0 ||
+      lifetime > this.ttlSeconds
+    ) {
+      return undefined;
     }
     return claims;
   }
@@ -142,7 +169,9 @@ function invalidToken(): AuthenticationError {
 
 function readPayload(payload: jwt.JwtPayload | string): TokenClaims | undefined {
   if (typeof payload !== 'object' || Array.isArray(payload)) return undefined;
-  const { sub, acct, role, jti, iat, exp } = payload as Partial<Record<keyof TokenPayload, unknown>>;
+  const { sub, acct, role, jti, iat, exp } = payload as Partial<
+    Record<keyof TokenPayload, unknown>
+  >;
   if (
     typeof sub !== 'string' ||
     typeof acct !== 'string' ||

@@ -44,7 +44,9 @@ export function createAuthFailureLimiter(options: AuthFailureLimiterOptions = {}
   }
   const prefix = `${options.prefix ?? DEFAULT_PREFIX}${NAME}:`;
   const store = new ResilientStore({
-    limit,
+    // The store blocks a key once its count exceeds its limit. `limit - 1` blocks it as soon as
+    // the limit-th failure is counted, so no attempt after the allowed failures is evaluated.
+    limit: limit - 1,
     prefix,
     expectedInstances: options.expectedInstances,
     shared:

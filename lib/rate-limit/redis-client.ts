@@ -1,6 +1,7 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { ConfigurationError } from '../errors';
 import type { LimiterRedis } from './limiter';
+import type { RedisCommandClient } from './redis-commands';
 import { RedisHealth } from './redis-health';
 
 /**
@@ -40,12 +41,16 @@ export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisCo
   }
   const maxDelay = options.maxReconnectDelayMs ?? 1000;
   const retryStrategy = (attempt: number): number => Math.min(50 * 2 ** Math.min(attempt, 10), maxDelay);
+  const timeoutMs = options.commandTimeoutMs ?? 100;
   const common: RedisOptions = {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
-    enableAutoPipelining: true,
-    commandTimeout: options.commandTimeoutMs ?? 100,
+    // Auto-pipelining holds a command until the previous batch answers, and its timeout only
+    // starts when it is written: against a hung Redis, waits of twice the command timeout.
+    enableAutoPipelining: false,
+    // Only a backstop that clears ioredis' queue: `timedClient` enforces `timeoutMs`.
+    commandTimeout: 10 * timeoutMs,
     connectTimeout: options.connectTimeoutMs ?? 1000,
     protocol: 2,
     ...(options.password === undefined ? {} : { password: options.password }),
@@ -60,9 +65,16 @@ export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisCo
   } else if (options.clusterNodes !== undefined) {
     const { enableOfflineQueue: _offline, ...redisOptions } = common;
     client = new Cluster(options.clusterNodes.map((node) => parseHostPort(node, 'clusterNodes')), {
-      enableOfflineQueue: false,
-      enableAutoPipelining: true,
+      // Node connections open on first use; with `false`, every command sent while one is still
+      // connecting fails. Commands only leave while the cluster is ready (redisCommandFn), and
+      // the nodes' command timeout bounds the wait for a connecting node.
+      enableOfflineQueue: true,
+      enableAutoPipelining: false,
       clusterRetryStrategy: retryStrategy,
+      // By default Cluster re-sends a command whose connection closed (it may have run) and
+      // retries CLUSTERDOWN, each after 100 ms: a late, possibly double increment. Fail instead.
+      retryDelayOnFailover: 0,
+      retryDelayOnClusterDown: 0,
       slotsRefreshTimeout: options.connectTimeoutMs ?? 1000,
       redisOptions,
     });
@@ -80,11 +92,50 @@ export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisCo
   }
   const health = new RedisHealth(client);
   return {
-    client,
+    client: timedClient(client, timeoutMs),
     health,
     close: async () => {
       client.disconnect();
       await Promise.resolve();
+    },
+  };
+}
+
+/** The client has not answered a command within the command timeout. */
+export class RedisTimeoutError extends Error {
+  override readonly name = 'RedisTimeoutError';
+  readonly code = 'REDIS_TIMEOUT';
+  constructor(timeoutMs: number) {
+    super(`Redis did not answer within ${timeoutMs} ms`);
+  }
+}
+
+/**
+ * The client's commands, each failing with `RedisTimeoutError` when not answered `timeoutMs`
+ * after the call. The check runs in the next check phase (`setImmediate`), after the poll phase
+ * has read any reply that arrived while the process was busy: a timer checked alone would also
+ * fire after a long GC pause or CPU starvation, with the answer waiting unread on the socket.
+ */
+function timedClient(client: Redis | Cluster, timeoutMs: number): RedisCommandClient {
+  return {
+    get status() {
+      return client.status;
+    },
+    call: async (command, ...args) => {
+      let answered = false;
+      let timer: NodeJS.Timeout | undefined;
+      const answer = client.call(command, ...args).finally(() => {
+        answered = true;
+        clearTimeout(timer);
+      });
+      const late = new Promise<never>((_resolve, reject) => {
+        timer = setTimeout(() => {
+          setImmediate(() => {
+            if (!answered) reject(new RedisTimeoutError(timeoutMs));
+          });
+        }, timeoutMs);
+      });
+      return Promise.race([answer, late]);
     },
   };
 }

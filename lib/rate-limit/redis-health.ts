@@ -49,7 +49,8 @@ export class RedisHealth extends EventEmitter<RedisHealthEvents> {
       this.coolDownUntil = 0;
       this.succeeded();
     });
-    if (client.status !== 'ready') this.failed(undefined, `not connected (${client.status})`);
+    // Not yet connected is not an outage: `state` reports it as degraded, and the first failed
+    // connection attempt ('error'/'close', after the caller has subscribed) opens the outage.
   }
 
   get state(): SharedStoreState {

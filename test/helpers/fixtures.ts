@@ -20,7 +20,12 @@ export interface TestKey {
   readonly revoked?: boolean;
 }
 
-function typedKey(id: string, accountId: string, role: Role, extra: Partial<TestKey> = {}): TestKey {
+function typedKey(
+  id: string,
+  accountId: string,
+  role: Role,
+  extra: Partial<TestKey> = {},
+): TestKey {
   return {
     id,
     accountId,
@@ -41,7 +46,7 @@ export function createFixtures() {
     foreign: {
       id: 'key_foreign',
       accountId: 'acct_open',
-      role: 'level-2' as Role,
+      role: 'level-2',
       publishableKey: 'legacy-publishable-0123456789',
       secretKey: 'legacy.secret/0123456789+ABCDEF=',
     },
@@ -59,7 +64,9 @@ export function createFixtures() {
     accounts: [
       {
         id: 'acct_open',
-        keys: [keys.level1, keys.level2, keys.level3, keys.admin, keys.revoked, keys.foreign].map((key) => entry(key)),
+        keys: [keys.level1, keys.level2, keys.level3, keys.admin, keys.revoked, keys.foreign].map(
+          (key) => entry(key),
+        ),
       },
       {
         id: 'acct_walled',

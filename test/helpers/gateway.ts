@@ -109,7 +109,10 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
           port,
           method: request.method ?? 'GET',
           path: request.path,
-          headers: payload === undefined ? headers : { ...headers, 'content-length': String(payload.length) },
+          headers:
+            payload === undefined
+              ? headers
+              : { ...headers, 'content-length': String(payload.length) },
           agent,
           ...(request.from === undefined ? {} : { localAddress: request.from }),
         },
@@ -143,7 +146,7 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
     send,
     close: async () => {
       server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await new Promise<void>((resolve) => server.close(() => { resolve(); }));
       app.shutdown();
       agent.destroy();
       await upstream.close();

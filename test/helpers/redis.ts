@@ -19,7 +19,10 @@ export interface TestRedis {
 
 export function redisServerPath(): string | undefined {
   try {
-    return execFileSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' }).trim() || undefined;
+    return (
+      execFileSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' }).trim() ||
+      undefined
+    );
   } catch {
     return undefined;
   }
@@ -35,7 +38,7 @@ export async function freePort(): Promise<number> {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => {
       const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
+      server.close(() => { resolve(port); });
     });
   });
 }
@@ -48,13 +51,28 @@ export interface OwnedRedis {
   stop(): Promise<void>;
 }
 
-export async function startRedisServer(port?: number, extraArgs: string[] = []): Promise<OwnedRedis> {
+export async function startRedisServer(
+  port?: number,
+  extraArgs: string[] = [],
+): Promise<OwnedRedis> {
   const binary = redisServerPath();
   if (binary === undefined) throw new Error('redis-server is not on PATH');
   const chosen = port ?? (await freePort());
   const child = spawn(
     binary,
-    ['--port', String(chosen), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', ...extraArgs],
+    [
+      '--port',
+      String(chosen),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--daemonize',
+      'no',
+      ...extraArgs,
+    ],
     { stdio: 'ignore' },
   );
   const url = `redis://127.0.0.1:${chosen}`;
@@ -65,7 +83,7 @@ export async function startRedisServer(port?: number, extraArgs: string[] = []):
     process: child,
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+      const exited = new Promise<void>((resolve) => child.once('exit', () => { resolve(); }));
       child.kill('SIGKILL');
       await exited;
     },
@@ -75,7 +93,12 @@ export async function startRedisServer(port?: number, extraArgs: string[] = []):
 export async function waitForRedis(url: string, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 200 });
+    const client = new Redis(url, {
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+      connectTimeout: 200,
+    });
     client.on('error', () => undefined);
     try {
       await client.connect();
@@ -84,7 +107,8 @@ export async function waitForRedis(url: string, timeoutMs: number): Promise<void
       return;
     } catch {
       client.disconnect();
-      if (Date.now() > deadline) throw new Error(`Redis at ${url} did not answer within ${timeoutMs} ms`);
+      if (Date.now() > deadline)
+        throw new Error(`Redis at ${url} did not answer within ${timeoutMs} ms`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
@@ -95,7 +119,7 @@ export async function acquireTestRedis(): Promise<TestRedis | undefined> {
   const fromEnv = process.env.REDIS_URL;
   if (fromEnv !== undefined && fromEnv !== '') {
     await waitForRedis(fromEnv, 3000);
-    return { url: fromEnv, owned: false, close: async () => undefined };
+    return { url: fromEnv, owned: false, close: () => Promise.resolve() };
   }
   if (redisServerPath() !== undefined) {
     const server = await startRedisServer();

@@ -25,7 +25,10 @@ export interface RecordingUpstream {
 
 export const defaultResponder: Responder = (request, res) => {
   const body = JSON.stringify({ ok: true, method: request.method, path: request.url });
-  res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.writeHead(200, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
   res.end(body);
 };
 
@@ -38,7 +41,12 @@ export async function startRecordingUpstream(): Promise<RecordingUpstream> {
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      const recorded = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks) };
+      const recorded = {
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        body: Buffer.concat(chunks),
+      };
       requests.push(recorded);
       upstream.respond(recorded, res);
     });
@@ -54,7 +62,7 @@ export async function startRecordingUpstream(): Promise<RecordingUpstream> {
     },
     close: async () => {
       server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await new Promise<void>((resolve) => server.close(() => { resolve(); }));
     },
   });
 }

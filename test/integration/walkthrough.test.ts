@@ -29,6 +29,8 @@ describe('the README walk-through', () => {
     expect(forwarded?.headers['x-gateway-credential']).toBe('token');
     expect(forwarded?.headers.authorization).toBeUndefined();
 
-    expect(findLeaks(gateway.logs.lines.join('\n'), [...allSecrets(gateway.fixtures), token])).toEqual([]);
+    expect(
+      findLeaks(gateway.logs.lines.join('\n'), [...allSecrets(gateway.fixtures), token]),
+    ).toEqual([]);
   });
 });
