@@ -244,6 +244,10 @@ function decodedSegment(segment: string): string {
 /** One line per request: no query string, no headers, no body, so never a credential. */
 function accessLog(logger: Logger): RequestHandler {
   return function accessLogMiddleware(req, res, next) {
+    if (logger.isLevelEnabled?.('info') === false) {
+      next();
+      return;
+    }
     const started = process.hrtime.bigint();
     res.once('finish', () => {
       logger.info({

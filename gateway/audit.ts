@@ -35,7 +35,9 @@ function fields(req: Request, routePath: string): Record<string, unknown> {
 /** Logs an `allowed` decision; mount after every check, just before the handler. */
 export function auditAllowed(logger: Logger, routePath: string): RequestHandler {
   return function auditAllowedMiddleware(req, _res, next) {
-    logger.info({ ...fields(req, routePath), outcome: 'allowed', role: req.auth?.role });
+    if (logger.isLevelEnabled?.('info') !== false) {
+      logger.info({ ...fields(req, routePath), outcome: 'allowed', role: req.auth?.role });
+    }
     next();
   };
 }

@@ -285,12 +285,7 @@ export interface QueryCredentialOptions {
  */
 export function refuseQueryCredentials(options: QueryCredentialOptions = {}): RequestHandler {
   const { keyStore, onSecurityEvent } = options;
-  return async function refuseQueryCredentialsMiddleware(req, _res, next) {
-    const refused = credentialsInQuery(req.originalUrl);
-    if (refused.length === 0) {
-      next();
-      return;
-    }
+  const refuse = async (refused: readonly string[], req: Request): Promise<never> => {
     if (keyStore !== undefined && onSecurityEvent !== undefined) {
       for (const value of refused) {
         const shape = keyShape(value);
@@ -304,6 +299,14 @@ export function refuseQueryCredentials(options: QueryCredentialOptions = {}): Re
     throw new InvalidRequestError(
       'Credentials are never accepted in the query string; send them in the Authorization header',
     );
+  };
+  return function refuseQueryCredentialsMiddleware(req, _res, next) {
+    const refused = credentialsInQuery(req.originalUrl);
+    if (refused.length === 0) {
+      next();
+      return;
+    }
+    refuse(refused, req).catch(next);
   };
 }
 
