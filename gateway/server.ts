@@ -29,8 +29,12 @@ async function main(): Promise<void> {
       () => process.exit(1),
     );
   };
-  process.once('SIGTERM', () => { stop('SIGTERM'); });
-  process.once('SIGINT', () => { stop('SIGINT'); });
+  process.once('SIGTERM', () => {
+    stop('SIGTERM');
+  });
+  process.once('SIGINT', () => {
+    stop('SIGINT');
+  });
 }
 
 main().catch((error: unknown) => {

@@ -33,7 +33,10 @@ export interface StartOptions {
   print: (text: string) => void;
 }
 
-export async function startGateway(config: GatewayConfig, options: StartOptions): Promise<RunningGateway> {
+export async function startGateway(
+  config: GatewayConfig,
+  options: StartOptions,
+): Promise<RunningGateway> {
   const { logger } = options;
   let keyStore: KeyStore;
   let fileStore: FileKeyStore | undefined;
@@ -47,7 +50,10 @@ export async function startGateway(config: GatewayConfig, options: StartOptions)
   }
 
   if (config.tokenSecret === undefined) {
-    logger.warn({ event: 'config.token_secret' }, 'TOLLGATE_TOKEN_SECRET is not set: tokens are signed with a random per-process secret and die with the process');
+    logger.warn(
+      { event: 'config.token_secret' },
+      'TOLLGATE_TOKEN_SECRET is not set: tokens are signed with a random per-process secret and die with the process',
+    );
   }
   const tokens = new TokenService({
     secret: config.tokenSecret ?? randomBytes(48).toString('base64'),
@@ -60,7 +66,10 @@ export async function startGateway(config: GatewayConfig, options: StartOptions)
   const redis = config.redis === undefined ? undefined : connectRedis(config.redis);
   redis?.health.on('change', (state, reason) => {
     if (state === 'degraded') {
-      logger.warn({ event: 'rate_limit.degraded', reason }, 'Redis unusable: rate limits are counted in process memory until it answers again');
+      logger.warn(
+        { event: 'rate_limit.degraded', reason },
+        'Redis unusable: rate limits are counted in process memory until it answers again',
+      );
     } else {
       logger.info({ event: 'rate_limit.shared' }, 'Redis answers again: rate limits are shared');
     }
@@ -93,13 +102,16 @@ export async function startGateway(config: GatewayConfig, options: StartOptions)
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;
-  logger.info({
-    event: 'gateway.started',
-    url,
-    upstream: stub === undefined ? 'configured' : 'bundled stub',
-    rate_limits: config.redis === undefined ? 'memory' : config.redis.kind,
-    keys: fileStore === undefined ? 'demo' : 'file',
-  }, `Tollgate listening on ${url}`);
+  logger.info(
+    {
+      event: 'gateway.started',
+      url,
+      upstream: stub === undefined ? 'configured' : 'bundled stub',
+      rate_limits: config.redis === undefined ? 'memory' : config.redis.kind,
+      keys: fileStore === undefined ? 'demo' : 'file',
+    },
+    `Tollgate listening on ${url}`,
+  );
 
   return {
     server,
@@ -113,7 +125,10 @@ export async function startGateway(config: GatewayConfig, options: StartOptions)
         logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
         return true;
       } catch (error) {
-        logger.error({ event: 'keys.reload_failed', reason: (error as Error).message }, 'keys file not reloaded; the previous keys stay in force');
+        logger.error(
+          { event: 'keys.reload_failed', reason: (error as Error).message },
+          'keys file not reloaded; the previous keys stay in force',
+        );
         return false;
       }
     },
@@ -133,14 +148,24 @@ function connectRedis(target: RedisTarget): LimiterRedisConnection {
     case 'cluster':
       return createLimiterRedis({ clusterNodes: target.nodes, password: target.password });
     case 'sentinel':
-      return createLimiterRedis({ sentinels: target.sentinels, sentinelName: target.name, password: target.password });
+      return createLimiterRedis({
+        sentinels: target.sentinels,
+        sentinelName: target.name,
+        password: target.password,
+      });
   }
 }
 
 async function drain(server: http.Server, drainMs: number): Promise<void> {
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  const closed = new Promise<void>((resolve) =>
+    server.close(() => {
+      resolve();
+    }),
+  );
   server.closeIdleConnections();
-  const timer = setTimeout(() => server.closeAllConnections(), drainMs);
+  const timer = setTimeout(() => {
+    server.closeAllConnections();
+  }, drainMs);
   await closed;
   clearTimeout(timer);
 }

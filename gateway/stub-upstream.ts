@@ -208,7 +208,9 @@ export async function startStubUpstream(
   const server = createStubUpstream();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(port, host, () => { resolve(); });
+    server.listen(port, host, () => {
+      resolve();
+    });
   });
   const address = server.address();
   if (address === null || typeof address === 'string')

@@ -36,11 +36,15 @@ export interface AuthFailureLimiter {
 export const DEFAULT_AUTH_FAILURE_LIMIT = 20;
 const NAME = 'auth-failures';
 
-export function createAuthFailureLimiter(options: AuthFailureLimiterOptions = {}): AuthFailureLimiter {
+export function createAuthFailureLimiter(
+  options: AuthFailureLimiterOptions = {},
+): AuthFailureLimiter {
   const limit = options.limit ?? DEFAULT_AUTH_FAILURE_LIMIT;
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
   if (!Number.isInteger(limit) || limit < 1) {
-    throw new ConfigurationError('createAuthFailureLimiter(): limit must be a whole number of at least 1');
+    throw new ConfigurationError(
+      'createAuthFailureLimiter(): limit must be a whole number of at least 1',
+    );
   }
   const prefix = `${options.prefix ?? DEFAULT_PREFIX}${NAME}:`;
   const store = new ResilientStore({
@@ -52,7 +56,10 @@ export function createAuthFailureLimiter(options: AuthFailureLimiterOptions = {}
     shared:
       options.redis === undefined
         ? undefined
-        : { store: new RedisStore({ sendCommand: redisCommandFn(options.redis.client), prefix }), health: options.redis.health },
+        : {
+            store: new RedisStore({ sendCommand: redisCommandFn(options.redis.client), prefix }),
+            health: options.redis.health,
+          },
   });
   void store.init({ windowMs } as Parameters<ResilientStore['init']>[0]);
   const policy = `"${NAME}"; q=${limit}; w=${Math.ceil(windowMs / 1000)}`;
@@ -76,7 +83,11 @@ export function createAuthFailureLimiter(options: AuthFailureLimiterOptions = {}
     }
     store.increment(keyOf(req)).then(
       (result) => {
-        next(result.totalHits > limit ? refuse(res, result.resetTime?.getTime() ?? Date.now() + windowMs) : error);
+        next(
+          result.totalHits > limit
+            ? refuse(res, result.resetTime?.getTime() ?? Date.now() + windowMs)
+            : error,
+        );
       },
       () => {
         next(error);

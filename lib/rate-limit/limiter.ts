@@ -41,7 +41,10 @@ export interface RateLimiterOptions {
   /** Gateway instances expected to share the limit, used while Redis is unusable. Defaults to 1. */
   expectedInstances?: number;
   /** Where express-rate-limit reports misconfiguration. Defaults to the console. */
-  logger?: { warn: (error: unknown, message?: string) => void; error: (error: unknown, message?: string) => void };
+  logger?: {
+    warn: (error: unknown, message?: string) => void;
+    error: (error: unknown, message?: string) => void;
+  };
 }
 
 export interface RateLimiter {
@@ -57,13 +60,19 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
   const { name, limit } = options;
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
   if (!NAME_PATTERN.test(name)) {
-    throw new ConfigurationError(`createRateLimiter(): name ${JSON.stringify(name)} must match ${NAME_PATTERN}`);
+    throw new ConfigurationError(
+      `createRateLimiter(): name ${JSON.stringify(name)} must match ${NAME_PATTERN}`,
+    );
   }
   if (!Number.isInteger(limit) || limit < 1) {
-    throw new ConfigurationError(`createRateLimiter(${name}): limit must be a whole number of at least 1`);
+    throw new ConfigurationError(
+      `createRateLimiter(${name}): limit must be a whole number of at least 1`,
+    );
   }
   if (!Number.isInteger(windowMs) || windowMs < 1000) {
-    throw new ConfigurationError(`createRateLimiter(${name}): windowMs must be a whole number of at least 1000`);
+    throw new ConfigurationError(
+      `createRateLimiter(${name}): windowMs must be a whole number of at least 1000`,
+    );
   }
   const prefix = `${options.prefix ?? DEFAULT_PREFIX}${name}:`;
   const store = new ResilientStore({
@@ -88,7 +97,8 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
     legacyHeaders: false,
     keyGenerator: keyOf,
     handler: (req, _res, next) => {
-      const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit?.resetTime;
+      const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit
+        ?.resetTime;
       next(new RateLimitedError(retryAfterSeconds(resetTime, windowMs)));
     },
     validate: { trustProxy: false, xForwardedForHeader: false, forwardedHeader: false, ip: false },
@@ -98,14 +108,19 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
 }
 
 /** Whole seconds until `resetTime`, rounded up and at least 1: never earlier than the real reset. */
-export function retryAfterSeconds(resetTime: Date | number | undefined, windowMs: number, now = Date.now()): number {
+export function retryAfterSeconds(
+  resetTime: Date | number | undefined,
+  windowMs: number,
+  now = Date.now(),
+): number {
   const reset = resetTime === undefined ? now + windowMs : Number(resetTime);
   return Math.max(1, Math.ceil((reset - now) / 1000));
 }
 
 function limitKeyFunction(key: LimitKey): (req: Request) => string {
   if (typeof key === 'function') return key;
-  const byIp = (req: Request): string => `ip:${ipKeyGenerator(req.clientIp ?? req.ip ?? 'unknown', 56)}`;
+  const byIp = (req: Request): string =>
+    `ip:${ipKeyGenerator(req.clientIp ?? req.ip ?? 'unknown', 56)}`;
   if (key === 'ip') return byIp;
   return (req) => (req.auth === undefined ? byIp(req) : `account:${req.auth.accountId}`);
 }

@@ -35,12 +35,17 @@ export interface LimiterRedisConnection extends LimiterRedis {
 }
 
 export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisConnection {
-  const modes = [options.url, options.clusterNodes, options.sentinels].filter((mode) => mode !== undefined);
+  const modes = [options.url, options.clusterNodes, options.sentinels].filter(
+    (mode) => mode !== undefined,
+  );
   if (modes.length !== 1) {
-    throw new ConfigurationError('createLimiterRedis(): give exactly one of url, clusterNodes or sentinels');
+    throw new ConfigurationError(
+      'createLimiterRedis(): give exactly one of url, clusterNodes or sentinels',
+    );
   }
   const maxDelay = options.maxReconnectDelayMs ?? 1000;
-  const retryStrategy = (attempt: number): number => Math.min(50 * 2 ** Math.min(attempt, 10), maxDelay);
+  const retryStrategy = (attempt: number): number =>
+    Math.min(50 * 2 ** Math.min(attempt, 10), maxDelay);
   const timeoutMs = options.commandTimeoutMs ?? 100;
   const common: RedisOptions = {
     enableOfflineQueue: false,
@@ -59,25 +64,30 @@ export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisCo
   let client: Redis | Cluster;
   if (options.url !== undefined) {
     if (!/^rediss?:\/\//.test(options.url)) {
-      throw new ConfigurationError('createLimiterRedis(): url must start with redis:// or rediss://');
+      throw new ConfigurationError(
+        'createLimiterRedis(): url must start with redis:// or rediss://',
+      );
     }
     client = new Redis(options.url, { ...common, retryStrategy });
   } else if (options.clusterNodes !== undefined) {
     const { enableOfflineQueue: _offline, ...redisOptions } = common;
-    client = new Cluster(options.clusterNodes.map((node) => parseHostPort(node, 'clusterNodes')), {
-      // Node connections open on first use; with `false`, every command sent while one is still
-      // connecting fails. Commands only leave while the cluster is ready (redisCommandFn), and
-      // the nodes' command timeout bounds the wait for a connecting node.
-      enableOfflineQueue: true,
-      enableAutoPipelining: false,
-      clusterRetryStrategy: retryStrategy,
-      // By default Cluster re-sends a command whose connection closed (it may have run) and
-      // retries CLUSTERDOWN, each after 100 ms: a late, possibly double increment. Fail instead.
-      retryDelayOnFailover: 0,
-      retryDelayOnClusterDown: 0,
-      slotsRefreshTimeout: options.connectTimeoutMs ?? 1000,
-      redisOptions,
-    });
+    client = new Cluster(
+      options.clusterNodes.map((node) => parseHostPort(node, 'clusterNodes')),
+      {
+        // Node connections open on first use; with `false`, every command sent while one is still
+        // connecting fails. Commands only leave while the cluster is ready (redisCommandFn), and
+        // the nodes' command timeout bounds the wait for a connecting node.
+        enableOfflineQueue: true,
+        enableAutoPipelining: false,
+        clusterRetryStrategy: retryStrategy,
+        // By default Cluster re-sends a command whose connection closed (it may have run) and
+        // retries CLUSTERDOWN, each after 100 ms: a late, possibly double increment. Fail instead.
+        retryDelayOnFailover: 0,
+        retryDelayOnClusterDown: 0,
+        slotsRefreshTimeout: options.connectTimeoutMs ?? 1000,
+        redisOptions,
+      },
+    );
   } else {
     if (options.sentinelName === undefined || options.sentinelName === '') {
       throw new ConfigurationError('createLimiterRedis(): sentinels need sentinelName');

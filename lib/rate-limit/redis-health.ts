@@ -54,7 +54,9 @@ export class RedisHealth extends EventEmitter<RedisHealthEvents> {
   }
 
   get state(): SharedStoreState {
-    return this.degradedSince === undefined && this.client.status === 'ready' ? 'shared' : 'degraded';
+    return this.degradedSince === undefined && this.client.status === 'ready'
+      ? 'shared'
+      : 'degraded';
   }
 
   /** Since when the shared store has been unusable (ms since epoch), or `undefined`. */

@@ -94,7 +94,7 @@ export class ResilientStore implements Store {
 
   private async withShared<T>(command: (store: Store) => T | Promise<T>): Promise<T | undefined> {
     const shared = this.options.shared;
-    if (shared === undefined || !shared.health.usable) return undefined;
+    if (!shared?.health.usable) return undefined;
     try {
       const result = await command(shared.store);
       shared.health.succeeded();

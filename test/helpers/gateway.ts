@@ -146,7 +146,11 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
     send,
     close: async () => {
       server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => { resolve(); }));
+      await new Promise<void>((resolve) =>
+        server.close(() => {
+          resolve();
+        }),
+      );
       app.shutdown();
       agent.destroy();
       await upstream.close();

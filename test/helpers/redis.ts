@@ -1,6 +1,9 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { Redis } from 'ioredis';
 
 /**
@@ -38,7 +41,9 @@ export async function freePort(): Promise<number> {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => {
       const { port } = server.address() as net.AddressInfo;
-      server.close(() => { resolve(port); });
+      server.close(() => {
+        resolve(port);
+      });
     });
   });
 }
@@ -71,6 +76,9 @@ export async function startRedisServer(
       'no',
       '--daemonize',
       'no',
+      // A replica writes the master's snapshot to its working directory: keep it out of the repo.
+      '--dir',
+      mkdtempSync(path.join(tmpdir(), 'tollgate-redis-')),
       ...extraArgs,
     ],
     { stdio: 'ignore' },
@@ -83,7 +91,11 @@ export async function startRedisServer(
     process: child,
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise<void>((resolve) => child.once('exit', () => { resolve(); }));
+      const exited = new Promise<void>((resolve) =>
+        child.once('exit', () => {
+          resolve();
+        }),
+      );
       child.kill('SIGKILL');
       await exited;
     },

@@ -62,7 +62,11 @@ export async function startRecordingUpstream(): Promise<RecordingUpstream> {
     },
     close: async () => {
       server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => { resolve(); }));
+      await new Promise<void>((resolve) =>
+        server.close(() => {
+          resolve();
+        }),
+      );
     },
   });
 }
