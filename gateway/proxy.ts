@@ -73,6 +73,9 @@ export function createProxy(options: ProxyOptions): Proxy {
   const stripped = new Set([...STRIPPED_REQUEST_HEADERS, options.publicKeyHeader.toLowerCase()]);
 
   const handler: RequestHandler = function proxyHandler(req, res, next) {
+    // The client hung up while the checks ran (a Redis round trip, a key lookup): forward nothing,
+    // least of all a payout nobody is waiting for. Its 'close' has passed, so nothing would cancel it.
+    if (res.destroyed) return;
     const headers: Record<string, string | string[]> = {};
     const namedByConnection = connectionTokens(req.headers.connection);
     for (const [name, value] of Object.entries(req.headers)) {
@@ -110,6 +113,9 @@ export function createProxy(options: ProxyOptions): Proxy {
       })
       .then(
         ({ statusCode, headers: upstreamHeaders, body: upstreamBody }) => {
+          // Listen first: destroying the body (client gone) emits 'error', which would otherwise
+          // be unhandled and end the process.
+          upstreamBody.on('error', () => res.destroy());
           if (res.destroyed) {
             upstreamBody.destroy();
             return;
@@ -123,7 +129,6 @@ export function createProxy(options: ProxyOptions): Proxy {
           res.writeHead(statusCode, responseHeaders);
           // pipe(), not stream.pipeline(): pipeline aborts an AbortController (a DOMException with
           // its stack) on every completion, a tenth of the gateway's CPU when measured.
-          upstreamBody.on('error', () => res.destroy());
           res.once('close', () => upstreamBody.destroy());
           upstreamBody.pipe(res);
         },
