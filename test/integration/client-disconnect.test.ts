@@ -16,7 +16,11 @@ const LOOKUP_DELAY_MS = 40;
 /** The fixtures' keys behind a key store that answers secret-key lookups late. */
 function slowKeyStore(inner: KeyStore): KeyStore {
   const late = <T>(value: T): Promise<T> =>
-    new Promise((resolve) => setTimeout(() => resolve(value), LOOKUP_DELAY_MS));
+    new Promise((resolve) =>
+      setTimeout(() => {
+        resolve(value);
+      }, LOOKUP_DELAY_MS),
+    );
   return {
     findBySecretKey: async (secret): Promise<KeyRecord | undefined> =>
       late(await inner.findBySecretKey(secret)),
@@ -46,7 +50,11 @@ describe('a client hanging up while its request is checked', () => {
     port = (server.address() as net.AddressInfo).port;
     close = async () => {
       server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await new Promise<void>((resolve) =>
+        server.close(() => {
+          resolve();
+        }),
+      );
       app.shutdown();
       await upstream.close();
     };
@@ -66,7 +74,9 @@ describe('a client hanging up while its request is checked', () => {
       });
       socket.on('data', (chunk: Buffer) => (answer += chunk.toString()));
       socket.on('error', () => undefined);
-      socket.on('close', () => resolve(answer));
+      socket.on('close', () => {
+        resolve(answer);
+      });
     });
 
   it('is not forwarded upstream, and the gateway keeps answering', async () => {
