@@ -88,6 +88,7 @@ export {
 } from './rate-limit/redis-commands';
 export {
   createLimiterRedis,
+  RedisTimeoutError,
   type LimiterRedisOptions,
   type LimiterRedisConnection,
 } from './rate-limit/redis-client';

@@ -1,0 +1,132 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+
+/** The benchmark's child processes: each target runs in its own process on loopback. */
+
+export interface Child {
+  readonly name: string;
+  readonly process: ChildProcess;
+  /** The last few kilobytes the process wrote, for error reports. */
+  output(): string;
+  stop(): Promise<void>;
+}
+
+const KEPT_OUTPUT = 8192;
+
+export function startChild(
+  name: string,
+  command: string,
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Child {
+  const child = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  const keep = (chunk: Buffer): void => {
+    output = (output + chunk.toString('utf8')).slice(-KEPT_OUTPUT);
+  };
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  return {
+    name,
+    process: child,
+    output: () => output,
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = new Promise<void>((resolve) =>
+        child.once('exit', () => {
+          resolve();
+        }),
+      );
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => {
+        resolve(port);
+      });
+    });
+  });
+}
+
+export interface HttpReply {
+  readonly status: number;
+  readonly body: string;
+}
+
+export function httpRequest(
+  url: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<HttpReply> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      url,
+      { method: options.method ?? 'GET', headers: options.headers, agent: false },
+      (res) => {
+        let body = '';
+        res.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
+        res.on('end', () => {
+          resolve({ status: res.statusCode ?? 0, body });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.setTimeout(2000, () => req.destroy(new Error(`no answer from ${url}`)));
+    req.end(options.body);
+  });
+}
+
+/** Polls `url` until `ready(reply)` holds; fails with the child's output after `timeoutMs`. */
+export async function waitUntil(
+  child: Child,
+  url: string,
+  ready: (reply: HttpReply) => boolean,
+  timeoutMs = 15_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (child.process.exitCode !== null) {
+      throw new Error(`${child.name} exited with ${child.process.exitCode}:\n${child.output()}`);
+    }
+    const reply = await httpRequest(url).catch(() => undefined);
+    if (reply !== undefined && ready(reply)) return;
+    if (Date.now() > deadline) {
+      throw new Error(`${child.name} was not ready within ${timeoutMs} ms:\n${child.output()}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** Resident and peak resident memory of a process in MiB (Linux `/proc`), if readable. */
+export function memoryOf(pid: number | undefined): { rssMiB: number; peakMiB: number } | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const kib = (field: string): number =>
+      Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1]);
+    return { rssMiB: kib('VmRSS') / 1024, peakMiB: kib('VmHWM') / 1024 };
+  } catch {
+    return undefined;
+  }
+}
+
+/** The first line a command prints for `--version`, or `undefined` when it is not installed. */
+export function versionOf(
+  command: string,
+  args: readonly string[] = ['--version'],
+): string | undefined {
+  const result = spawnSync(command, args, { encoding: 'utf8' });
+  if (result.error !== undefined) return undefined;
+  return `${result.stdout}${result.stderr}`.split('\n')[0]?.trim();
+}
