@@ -67,7 +67,14 @@ module.exports = defineConfig(
 
   // Entry points, examples, benchmarks and tests may print.
   {
-    files: ['gateway/server.ts', 'gateway/keys-cli.ts', 'gateway/stub-upstream-server.ts', 'examples/**', 'bench/**', 'test/**'],
+    files: [
+      'gateway/server.ts',
+      'gateway/keys-cli.ts',
+      'gateway/stub-upstream-server.ts',
+      'examples/**',
+      'bench/**',
+      'test/**',
+    ],
     rules: {
       'no-console': 'off',
     },
