@@ -1,6 +1,11 @@
 import cors from 'cors';
 import express, { type Express, type RequestHandler } from 'express';
-import { authenticate, refuseQueryCredentials, type SecurityEvent } from '../lib/credentials';
+import {
+  authenticate,
+  DEFAULT_PUBLIC_KEY_HEADER,
+  refuseQueryCredentials,
+  type SecurityEvent,
+} from '../lib/credentials';
 import { errorHandler, methodNotAllowed, notFound } from '../lib/error-handler';
 import { NotFoundError } from '../lib/errors';
 import { requireWhitelistedIp } from '../lib/ip-whitelist';
@@ -49,7 +54,7 @@ export type GatewayApp = Express & {
 export function createApp(options: AppOptions): GatewayApp {
   const limits = options.limits ?? DEFAULT_LIMITS;
   const { logger } = options;
-  const publicKeyHeader = options.publicKeyHeader ?? 'X-Service-Public-API-Key';
+  const publicKeyHeader = options.publicKeyHeader ?? DEFAULT_PUBLIC_KEY_HEADER;
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);

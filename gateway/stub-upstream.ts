@@ -97,10 +97,12 @@ function route(
   const segments = path.split('/').filter((segment) => segment !== '');
   const [, , resource, id, action] = segments; // api, v1, resource, id?, action?
   // `payment/status` is a fixed path, not a resource id: without this it fell through to 404.
+  // HEAD is answered as GET (Node drops the body), as the gateway's Allow headers promise.
+  const method = req.method === 'HEAD' ? 'GET' : (req.method ?? '');
   const fixed = resource === 'payment' && id === 'status' && action === undefined;
   const key = fixed
-    ? `${req.method ?? ''} payment/status`
-    : `${req.method ?? ''} ${resource ?? ''}${id === undefined ? '' : '/:id'}${action === undefined ? '' : `/${action}`}`;
+    ? `${method} payment/status`
+    : `${method} ${resource ?? ''}${id === undefined ? '' : '/:id'}${action === undefined ? '' : `/${action}`}`;
 
   switch (key) {
     case 'GET wallets':

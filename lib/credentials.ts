@@ -83,10 +83,14 @@ export function presentedCredential(req: Request, publicKeyHeader: string): Pres
 
 /** True when the request carries a header only browsers send: `Origin` or any `Sec-Fetch-*`. */
 export function hasBrowserSignals(req: Request): boolean {
-  return Object.keys(req.headers).some(
-    (name) => name === 'origin' || name.startsWith('sec-fetch-'),
-  );
+  return BROWSER_SIGNALS.some((name) => req.headers[name] !== undefined);
 }
+
+/**
+ * Headers that browsers add and servers' HTTP clients do not. `Sec-Fetch-Mode` is left out on
+ * purpose: Node's own `fetch` (undici) sends `Sec-Fetch-Mode: cors` on every request.
+ */
+const BROWSER_SIGNALS = ['origin', 'sec-fetch-site', 'sec-fetch-dest', 'sec-fetch-user'] as const;
 
 function singleHeader(req: Request, name: string): string | undefined {
   const values = req.headersDistinct[name.toLowerCase()];
@@ -112,7 +116,11 @@ export function authenticate(options: AuthenticateOptions): RequestHandler {
   const config = resolveOptions(options);
   return async function authenticateMiddleware(req, _res, next) {
     const credential = presentedCredential(req, config.publicKeyHeader);
-    if (!config.accept.has(credential.kind)) {
+    // A token-shaped value may still be a dotted secret key: a secret-key route looks it up.
+    const acceptable =
+      config.accept.has(credential.kind) ||
+      (credential.kind === 'token' && config.accept.has('secret'));
+    if (!acceptable) {
       if (credential.kind === 'publishable')
         await reportLeakedSecretKey(credential.value, req, config);
       throw new AuthenticationError('credential_not_allowed', config.acceptedMessage);
@@ -122,7 +130,7 @@ export function authenticate(options: AuthenticateOptions): RequestHandler {
         req.auth = await authenticateSecretKey(credential.value, req, config);
         break;
       case 'token':
-        req.auth = await authenticateToken(credential.value, config);
+        req.auth = await authenticateTokenOrKey(credential.value, req, config);
         break;
       case 'publishable':
         req.auth = await authenticatePublishableKey(credential.value, req, config);
@@ -189,6 +197,36 @@ async function authenticateSecretKey(
     );
   }
   return contextOf(key, 'secret');
+}
+
+/**
+ * A Bearer value of the token shape is a token, unless it fails as one and is the secret key of
+ * another tool that happens to contain two dots (the contract: any key whose digest is in the file
+ * authenticates, whatever its shape). Only then is it looked up as a secret key.
+ */
+async function authenticateTokenOrKey(
+  value: string,
+  req: Request,
+  config: ResolvedOptions,
+): Promise<AuthContext> {
+  if (!config.accept.has('token')) {
+    if (usable(await config.keyStore.findBySecretKey(value)) === undefined) {
+      throw new AuthenticationError('credential_not_allowed', config.acceptedMessage);
+    }
+    return authenticateSecretKey(value, req, config);
+  }
+  try {
+    return await authenticateToken(value, config);
+  } catch (error) {
+    const mayBeKey =
+      error instanceof AuthenticationError &&
+      error.code === 'invalid_token' &&
+      config.accept.has('secret') &&
+      keyShape(value) === 'opaque';
+    if (!mayBeKey || usable(await config.keyStore.findBySecretKey(value)) === undefined)
+      throw error;
+    return authenticateSecretKey(value, req, config);
+  }
 }
 
 async function authenticateToken(token: string, config: ResolvedOptions): Promise<AuthContext> {

@@ -143,6 +143,6 @@ export class InternalError extends GatewayError {
 }
 
 /** Thrown at creation time for invalid options or configuration: fail fast, name the culprit. */
-export class ConfigurationError extends Error {
+export class ConfigurationError extends TypeError {
   override readonly name = 'ConfigurationError';
 }

@@ -7,9 +7,15 @@ import type { CredentialKind } from './types';
 /** A list of addresses and CIDR ranges, validated and canonicalised once, matched per request. */
 export class IpWhitelist {
   private readonly ranges: readonly string[];
+  /** The ranges by family: a client is matched against its own family only, which spares
+   * ip-range-check a parse (and a thrown mismatch) per entry of the other family. */
+  private readonly ipv4: string[];
+  private readonly ipv6: string[];
 
   private constructor(ranges: readonly CidrRange[]) {
     this.ranges = [...new Set(ranges.map(formatCidr))];
+    this.ipv4 = [...new Set(ranges.filter((r) => r.kind === 'ipv4').map(formatCidr))];
+    this.ipv6 = [...new Set(ranges.filter((r) => r.kind === 'ipv6').map(formatCidr))];
   }
 
   /**
@@ -38,7 +44,8 @@ export class IpWhitelist {
     // ip-range-check alone would read `167772161` and `10.1` as 10.0.0.1.
     const canonical = canonicalClientIp(ip);
     if (canonical === undefined) return false;
-    return ipRangeCheck(canonical, this.ranges as string[]);
+    const sameFamily = canonical.includes(':') ? this.ipv6 : this.ipv4;
+    return sameFamily.length > 0 && ipRangeCheck(canonical, sameFamily);
   }
 
   /** The canonical entries, for logs at start-up and tests. */

@@ -63,16 +63,17 @@ function isUtf8Charset(contentType: string | undefined): boolean {
 
 /** Parses UTF-8 JSON that must be an object; throws `InvalidRequestError` otherwise. */
 export function parseJsonObject(raw: Buffer): Record<string, unknown> {
+  const text = raw.toString('utf8');
   let value: unknown;
   try {
-    value = JSON.parse(raw.toString('utf8'));
+    value = JSON.parse(text);
   } catch {
     throw new InvalidRequestError('The body is not valid JSON');
   }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new InvalidRequestError('The body must be a JSON object');
   }
-  if (hasDuplicateKey(raw.toString('utf8'))) {
+  if (hasDuplicateKey(text)) {
     throw new InvalidRequestError('The body names a field twice');
   }
   return value as Record<string, unknown>;

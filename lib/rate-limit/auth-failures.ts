@@ -10,7 +10,10 @@ import { ResilientStore } from './resilient-store';
  * Throttles credential guessing: wrong keys, pairs and tokens (401) and whitelist refusals (403
  * `ip_not_whitelisted`) are counted per client IP, and an IP past the limit is refused with 429 on
  * every authentication attempt, right or wrong, until its window resets. A successful request
- * costs nothing: only failures are counted, and the refusal is decided from memory.
+ * costs nothing: only failures are counted, and the refusal is decided from this instance's
+ * memory. With a shared Redis the failures of all instances count together, and an instance that
+ * has not yet seen the block learns it at the IP's next failure there (one more checked attempt
+ * per instance and window, at most).
  *
  * Mount `guard` before the authentication middlewares and `recordFailure` as an error handler
  * after them (on the route, or after the router).

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 
 /**
  * The command function handed to rate-limit-redis. It survives what the store alone does not
- * (see the README, "Redis failures"):
+ * (see docs/rate-limits.md):
  *
  * - `SCRIPT LOAD` is answered locally with the script's SHA-1 (what Redis itself would answer),
  *   so a store created while Redis is down never caches a failed load;

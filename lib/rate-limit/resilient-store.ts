@@ -19,12 +19,14 @@ export interface ResilientStoreOptions {
   shared?: { store: Store; health: RedisHealth } | undefined;
   /** Gateway instances expected to share the limit, used while degraded. Defaults to 1. */
   expectedInstances?: number;
-  /** Key prefix, for express-rate-limit's store-reuse check. */
+  /** Keys remembered as over their limit, at most; the oldest goes first. Defaults to 100 000. */
+  maxBlockedKeys?: number;
+  /** Key prefix, for express-rate-limit's double-count check (`ERR_ERL_DOUBLE_COUNT`). */
   prefix?: string;
   now?: () => number;
 }
 
-const MAX_BLOCKED_KEYS = 100_000;
+const DEFAULT_MAX_BLOCKED_KEYS = 100_000;
 
 export class ResilientStore implements Store {
   readonly localKeys = false;
@@ -33,11 +35,13 @@ export class ResilientStore implements Store {
   private readonly blocked = new Map<string, number>();
   private readonly limit: number;
   private readonly expectedInstances: number;
+  private readonly maxBlockedKeys: number;
   private readonly now: () => number;
 
   constructor(private readonly options: ResilientStoreOptions) {
     this.limit = options.limit;
     this.expectedInstances = options.expectedInstances ?? 1;
+    this.maxBlockedKeys = options.maxBlockedKeys ?? DEFAULT_MAX_BLOCKED_KEYS;
     this.prefix = options.prefix;
     this.now = options.now ?? Date.now;
   }
@@ -66,9 +70,13 @@ export class ResilientStore implements Store {
     return result;
   }
 
+  /** Undoes one count in the store counting now (the shared one when usable, else memory). */
   async decrement(key: string): Promise<void> {
-    await this.local.decrement(key);
-    await this.withShared((store) => store.decrement(key));
+    const done = await this.withShared(async (store) => {
+      await store.decrement(key);
+      return true;
+    });
+    if (done !== true) await this.local.decrement(key);
   }
 
   async resetKey(key: string): Promise<void> {
@@ -105,13 +113,12 @@ export class ResilientStore implements Store {
     }
   }
 
+  /** Full: the oldest entry goes (with fixed windows, insertion order is about expiry order). */
   private block(key: string, until: number): void {
-    if (this.blocked.size >= MAX_BLOCKED_KEYS) {
-      const now = this.now();
-      for (const [blockedKey, blockedUntil] of this.blocked) {
-        if (blockedUntil <= now) this.blocked.delete(blockedKey);
-      }
-      if (this.blocked.size >= MAX_BLOCKED_KEYS) return;
+    this.blocked.delete(key);
+    if (this.blocked.size >= this.maxBlockedKeys) {
+      const oldest = this.blocked.keys().next();
+      if (oldest.done !== true) this.blocked.delete(oldest.value);
     }
     this.blocked.set(key, until);
   }

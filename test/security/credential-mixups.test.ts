@@ -153,10 +153,25 @@ const cases: HostileCase[] = [
     then: reportedLeak('sent_from_browser'),
   },
   {
-    name: 'a secret key with Sec-Fetch-Mode: cors: 401, logged as leaked from a browser',
+    name: "a secret key with only Sec-Fetch-Mode: cors, as Node's own fetch sends: allowed",
     request: ({ keys }) => ({
       path: WALLETS,
       headers: { ...bearer(keys.admin.secretKey), 'sec-fetch-mode': 'cors' },
+    }),
+    status: 200,
+    code: null,
+    upstream: true,
+  },
+  {
+    name: 'a secret key with Sec-Fetch-Site and Sec-Fetch-Dest: 401, logged as leaked from a browser',
+    request: ({ keys }) => ({
+      path: WALLETS,
+      headers: {
+        ...bearer(keys.admin.secretKey),
+        'sec-fetch-mode': 'cors',
+        'sec-fetch-site': 'cross-site',
+        'sec-fetch-dest': 'empty',
+      },
     }),
     status: 401,
     code: 'credential_not_allowed',

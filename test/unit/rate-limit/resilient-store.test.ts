@@ -116,6 +116,17 @@ describe('ResilientStore with a healthy shared store', () => {
     await store.resetKey('k');
     expect(shared.calls).toEqual(['increment k', 'decrement k', 'resetKey k']);
   });
+
+  it('undoes a count in the store counting now: shared when usable, else memory', async () => {
+    const { store, shared } = await harness();
+    await hits(store, 'k', 2);
+    await store.decrement('k');
+    expect((await store.increment('k')).totalHits).toBe(2);
+    shared.failing = new Error('down');
+    await hits(store, 'm', 2);
+    await store.decrement('m');
+    expect((await store.increment('m')).totalHits).toBe(2);
+  });
 });
 
 describe('ResilientStore when the shared store fails', () => {
@@ -250,6 +261,14 @@ describe('ResilientStore over the limit', () => {
     const { store } = await harness();
     await hits(store, 'k', LIMIT);
     expect(store.blockedUntil('k')).toBeUndefined();
+  });
+
+  it('when full, forgets the oldest block first and still records the newest', async () => {
+    const { store } = await harness({ maxBlockedKeys: 2 });
+    for (const key of ['a', 'b', 'c']) await hits(store, key, LIMIT + 1);
+    expect(store.blockedUntil('a')).toBeUndefined();
+    expect(store.blockedUntil('b')).toBeDefined();
+    expect(store.blockedUntil('c')).toBeDefined();
   });
 
   it('forgets the block on resetKey', async () => {
