@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import { ConfigurationError } from '../lib/errors';
-import { DEFAULT_PUBLIC_KEY_HEADER } from '../lib/credentials';
+import { DEFAULT_PUBLIC_KEY_HEADER, HEADER_NAME_PATTERN } from '../lib/credentials';
 import { parseCidrEntry } from '../lib/ip-address';
 import { parseHostPort } from '../lib/rate-limit/redis-client';
 import { DEFAULT_TOKEN_TTL_SECONDS, MIN_TOKEN_SECRET_BYTES } from '../lib/tokens';
@@ -61,7 +61,6 @@ export const DEFAULT_LIMITS: LimitsConfig = {
 };
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-const HEADER_NAME = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
 const TRUST_KEYWORDS = new Set(['loopback', 'linklocal', 'uniquelocal']);
 /** Trusted proxy ranges wider than these would trust addresses anyone on the internet can hold. */
 const MIN_TRUSTED_PREFIX = { ipv4: 8, ipv6: 7 } as const;
@@ -208,7 +207,7 @@ function upstreamUrl(env: Env): string | undefined {
 
 function publicKeyHeader(env: Env): string {
   const value = optional(env, 'TOLLGATE_PUBLIC_KEY_HEADER') ?? DEFAULT_PUBLIC_KEY_HEADER;
-  if (!HEADER_NAME.test(value) || value.length > 64)
+  if (!HEADER_NAME_PATTERN.test(value) || value.length > 64)
     fail('TOLLGATE_PUBLIC_KEY_HEADER', 'is not a valid header name');
   const reserved = [
     'authorization',

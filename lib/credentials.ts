@@ -1,6 +1,6 @@
 import type { Request, RequestHandler } from 'express';
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
-import { keyPrefixType, keyShape } from './key-format';
+import { isPlausibleKey, keyPrefixType, keyShape } from './key-format';
 import type { KeyRecord, KeyStore } from './key-store';
 import { MAX_TOKEN_LENGTH, type TokenService } from './tokens';
 import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from './types';
@@ -42,7 +42,8 @@ export interface AuthenticateOptions {
 
 const BEARER_PATTERN = /^bearer ([\x21-\x7e]+)$/i;
 const TOKEN_PATTERN = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
-const HEADER_NAME_PATTERN = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
+/** An HTTP header name (RFC 9110 token). */
+export const HEADER_NAME_PATTERN = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
 const KIND_NAMES: Record<CredentialKind, string> = {
   secret: 'a secret key',
   token: 'a token',
@@ -183,8 +184,7 @@ async function authenticateSecretKey(
   req: Request,
   config: ResolvedOptions,
 ): Promise<AuthContext> {
-  const shape = keyShape(secret);
-  if (shape === 'malformed' || shape === 'corrupt' || keyPrefixType(secret) === 'publishable') {
+  if (!isPlausibleKey(secret) || keyPrefixType(secret) === 'publishable') {
     throw new AuthenticationError('invalid_api_key');
   }
   const key = usable(await config.keyStore.findBySecretKey(secret));
@@ -244,9 +244,7 @@ async function authenticatePublishableKey(
   req: Request,
   config: ResolvedOptions,
 ): Promise<AuthContext> {
-  const shape = keyShape(value);
-  if (shape === 'malformed' || shape === 'corrupt')
-    throw new AuthenticationError('invalid_api_key');
+  if (!isPlausibleKey(value)) throw new AuthenticationError('invalid_api_key');
   const key =
     keyPrefixType(value) === 'secret'
       ? undefined
@@ -263,8 +261,7 @@ async function reportLeakedSecretKey(
   req: Request,
   config: ResolvedOptions,
 ): Promise<void> {
-  const shape = keyShape(value);
-  if (shape === 'malformed' || shape === 'corrupt') return;
+  if (!isPlausibleKey(value)) return;
   const leakedKey = await config.keyStore.findBySecretKey(value);
   if (leakedKey !== undefined)
     config.onSecurityEvent(leaked(leakedKey, 'sent_as_publishable_key'), req);
@@ -326,11 +323,7 @@ export function refuseQueryCredentials(options: QueryCredentialOptions = {}): Re
   const refuse = async (refused: readonly string[], req: Request): Promise<never> => {
     if (keyStore !== undefined && onSecurityEvent !== undefined) {
       for (const value of refused) {
-        const shape = keyShape(value);
-        const key =
-          shape === 'malformed' || shape === 'corrupt'
-            ? undefined
-            : await keyStore.findBySecretKey(value);
+        const key = isPlausibleKey(value) ? await keyStore.findBySecretKey(value) : undefined;
         if (key !== undefined) onSecurityEvent(leaked(key, 'sent_in_query_string'), req);
       }
     }

@@ -14,6 +14,7 @@ export { canonicalClientIp, parseCidrEntry, type CidrRange } from './ip-address'
 export { IpWhitelist, requireWhitelistedIp, type IpWhitelistOptions } from './ip-whitelist';
 export {
   generateKey,
+  isPlausibleKey,
   keyShape,
   keyPrefixType,
   type KeyShape,

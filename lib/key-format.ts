@@ -39,6 +39,12 @@ export function keyShape(value: string): KeyShape {
   return typed[4] === checksum(body) ? 'typed' : 'corrupt';
 }
 
+/** True when `value` can be a key at all: well-formed, and intact if it has the typed shape. */
+export function isPlausibleKey(value: string): boolean {
+  const shape = keyShape(value);
+  return shape === 'typed' || shape === 'opaque';
+}
+
 /** The type a key's prefix announces, when it has one (`sk_…`, `pk_…`). */
 export function keyPrefixType(value: string): KeyType | undefined {
   if (value.startsWith('sk_')) return 'secret';

@@ -1,7 +1,7 @@
 import type { Request, RequestHandler } from 'express';
 import { contextOf, hasBrowserSignals, leaked, type SecurityEvent } from './credentials';
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
-import { keyShape } from './key-format';
+import { isPlausibleKey } from './key-format';
 import type { KeyStore } from './key-store';
 import type { TokenService } from './tokens';
 
@@ -58,11 +58,6 @@ export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
     req.auth = contextOf(key, 'secret');
     next();
   };
-}
-
-function isPlausibleKey(value: string): boolean {
-  const shape = keyShape(value);
-  return shape === 'typed' || shape === 'opaque';
 }
 
 function readKeyPair(body: unknown): { apiKey: string; apiSecret: string } {

@@ -1,10 +1,9 @@
 import type { ErrorRequestHandler, Request, RequestHandler, Response } from 'express';
 import { ipKeyGenerator } from 'express-rate-limit';
-import { RedisStore } from 'rate-limit-redis';
 import { ConfigurationError, GatewayError, RateLimitedError } from '../errors';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './limiter';
-import { redisCommandFn } from './redis-commands';
-import { ResilientStore } from './resilient-store';
+import type { ResilientStore } from './resilient-store';
+import { createScopeStore } from './scope-store';
 
 /**
  * Throttles credential guessing: wrong keys, pairs and tokens (401) and whitelist refusals (403
@@ -50,19 +49,13 @@ export function createAuthFailureLimiter(
     );
   }
   const prefix = `${options.prefix ?? DEFAULT_PREFIX}${NAME}:`;
-  const store = new ResilientStore({
+  const store = createScopeStore({
+    prefix,
     // The store blocks a key once its count exceeds its limit. `limit - 1` blocks it as soon as
     // the limit-th failure is counted, so no attempt after the allowed failures is evaluated.
     limit: limit - 1,
-    prefix,
+    redis: options.redis,
     expectedInstances: options.expectedInstances,
-    shared:
-      options.redis === undefined
-        ? undefined
-        : {
-            store: new RedisStore({ sendCommand: redisCommandFn(options.redis.client), prefix }),
-            health: options.redis.health,
-          },
   });
   void store.init({ windowMs } as Parameters<ResilientStore['init']>[0]);
   const policy = `"${NAME}"; q=${limit}; w=${Math.ceil(windowMs / 1000)}`;

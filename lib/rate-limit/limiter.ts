@@ -1,10 +1,10 @@
 import type { Request, RequestHandler } from 'express';
 import { ipKeyGenerator, rateLimit, type Store } from 'express-rate-limit';
-import { RedisStore } from 'rate-limit-redis';
 import { ConfigurationError, RateLimitedError } from '../errors';
-import { type RedisCommandClient, redisCommandFn } from './redis-commands';
+import type { RedisCommandClient } from './redis-commands';
 import type { RedisHealth } from './redis-health';
-import { ResilientStore } from './resilient-store';
+import type { ResilientStore } from './resilient-store';
+import { createScopeStore } from './scope-store';
 
 /**
  * A fixed-window limiter for one scope, built on express-rate-limit. With `redis`, counts live in
@@ -75,17 +75,11 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
     );
   }
   const prefix = `${options.prefix ?? DEFAULT_PREFIX}${name}:`;
-  const store = new ResilientStore({
-    limit,
+  const store = createScopeStore({
     prefix,
+    limit,
+    redis: options.redis,
     expectedInstances: options.expectedInstances,
-    shared:
-      options.redis === undefined
-        ? undefined
-        : {
-            store: new RedisStore({ sendCommand: redisCommandFn(options.redis.client), prefix }),
-            health: options.redis.health,
-          },
   });
   const keyOf = limitKeyFunction(options.key ?? 'account');
   const middleware = rateLimit({

@@ -1,0 +1,30 @@
+import { RedisStore } from 'rate-limit-redis';
+import type { LimiterRedis } from './limiter';
+import { redisCommandFn } from './redis-commands';
+import { ResilientStore } from './resilient-store';
+
+/**
+ * The store of one limit scope: counters under `prefix` in Redis (rate-limit-redis over the
+ * surviving command function) when `redis` is given, in process memory otherwise or while Redis
+ * is unusable. Every scope gets its own store and prefix: sharing either double counts.
+ */
+export function createScopeStore(options: {
+  prefix: string;
+  limit: number;
+  redis: LimiterRedis | undefined;
+  expectedInstances: number | undefined;
+}): ResilientStore {
+  const { prefix, redis } = options;
+  return new ResilientStore({
+    limit: options.limit,
+    prefix,
+    expectedInstances: options.expectedInstances,
+    shared:
+      redis === undefined
+        ? undefined
+        : {
+            store: new RedisStore({ sendCommand: redisCommandFn(redis.client), prefix }),
+            health: redis.health,
+          },
+  });
+}
