@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { clientErrorHandler } from '../lib/error-handler';
 import { FileKeyStore, type KeyStore } from '../lib/key-store';
 import { createLimiterRedis, type LimiterRedisConnection } from '../lib/rate-limit/redis-client';
 import { TokenService } from '../lib/tokens';
 import type { Logger } from '../lib/types';
 import { createApp, type GatewayApp } from './app';
 import type { GatewayConfig, RedisTarget } from './config';
+import { createGatewayServer } from './http-server';
 import { createDemoKeys, formatDemoCredentials } from './demo-keys';
 import { startStubUpstream } from './stub-upstream';
 
@@ -89,16 +89,12 @@ export async function startGateway(
     upstreamTimeoutMs: config.upstreamTimeoutMs,
   });
 
-  const server = app.listen(config.port, config.host);
+  const server = createGatewayServer(app);
+  server.listen(config.port, config.host);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);
   });
-  // Requests Node's parser refuses get the contract's JSON error body, not a bare status line.
-  server.on('clientError', clientErrorHandler());
-  server.keepAliveTimeout = 65_000;
-  server.headersTimeout = 66_000;
-  server.requestTimeout = 30_000;
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host}:${address.port}`;

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { TokenService } from '../../lib/tokens';
 import type { LimiterRedis } from '../../lib/rate-limit/limiter';
 import { createApp, type GatewayApp } from '../../gateway/app';
+import { createGatewayServer } from '../../gateway/http-server';
 import { DEFAULT_LIMITS, type LimitsConfig, type TrustProxy } from '../../gateway/config';
 import { createFixtures, type Fixtures, TOKEN_SECRET } from './fixtures';
 import { captureLogs, type CapturedLogs } from './logs';
@@ -27,6 +28,8 @@ export interface TestGatewayOptions {
   upstreamTimeoutMs?: number;
   publicKeyHeader?: string;
   expectedInstances?: number;
+  /** Keys to serve; defaults to fresh fixtures. Two gateways given the same fixtures share keys. */
+  fixtures?: Fixtures;
 }
 
 export interface TestGateway {
@@ -60,7 +63,7 @@ export interface SendResult {
 }
 
 export async function startTestGateway(options: TestGatewayOptions = {}): Promise<TestGateway> {
-  const fixtures = createFixtures();
+  const fixtures = options.fixtures ?? createFixtures();
   const upstream = await startRecordingUpstream();
   const logs = captureLogs();
   const tokens = new TokenService({
@@ -82,7 +85,8 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
     expectedInstances: options.expectedInstances,
   });
   const host = options.host ?? '127.0.0.1';
-  const server = app.listen(0, host);
+  // The server `npm start` runs (Host optional, JSON parser errors), on an ephemeral port.
+  const server = createGatewayServer(app).listen(0, host);
   await new Promise<void>((resolve) => server.once('listening', resolve));
   const { port } = server.address() as AddressInfo;
   const agent = new http.Agent({ keepAlive: false });

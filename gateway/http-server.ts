@@ -1,0 +1,17 @@
+import http from 'node:http';
+import { clientErrorHandler } from '../lib/error-handler';
+
+/**
+ * The gateway's HTTP server: Node's settings chosen for a server facing hostile clients. A request
+ * without `Host` reaches the app (which answers the contract's JSON 400) instead of Node's bare
+ * status line; requests Node's parser refuses get the JSON error body too; keep-alive outlives a
+ * load balancer's idle timeout; a request must arrive whole within 30 s.
+ */
+export function createGatewayServer(listener: http.RequestListener): http.Server {
+  const server = http.createServer({ requireHostHeader: false }, listener);
+  server.on('clientError', clientErrorHandler());
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  server.requestTimeout = 30_000;
+  return server;
+}
