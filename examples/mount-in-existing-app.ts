@@ -30,6 +30,7 @@ import {
   type LimiterRedis,
   type Logger,
   notFound,
+  refuseMalformedRequests,
   requestId,
   requireRole,
   requireWhitelistedIp,
@@ -81,7 +82,8 @@ export function createExampleApp(options: ExampleAppOptions): ExampleApp {
   // The client IP is the socket address. Behind a proxy, set a hop count or the proxy's addresses
   // here (never `true`, which trusts whatever the client writes in X-Forwarded-For).
   app.set('trust proxy', false);
-  app.use(requestId(), clientIp());
+  // Refuse framing tricks first: a fragment in the target, headers Node would silently drop.
+  app.use(requestId(), refuseMalformedRequests(), clientIp());
 
   // Routes of your own that need no API key are untouched.
   app.get('/', (_req, res) => {
@@ -115,7 +117,8 @@ export function createExampleApp(options: ExampleAppOptions): ExampleApp {
     '/auth/token',
     authFailures.guard,
     jsonBody(),
-    authenticateKeyPair({ keyStore }),
+    // Compared under the failed-authentication budget: a spent budget refuses even the right pair.
+    authenticateKeyPair({ keyStore, authFailures }),
     requireWhitelistedIp(),
     tokenLimiter.middleware,
     issueToken({ tokens }),
@@ -132,7 +135,7 @@ export function createExampleApp(options: ExampleAppOptions): ExampleApp {
   app.get(
     '/orders',
     authFailures.guard,
-    authenticate({ keyStore, tokens, accept: ['secret', 'token'], onSecurityEvent }),
+    authenticate({ keyStore, tokens, accept: ['secret', 'token'], onSecurityEvent, authFailures }),
     requireWhitelistedIp(),
     requireRole('level-2'),
     ordersLimiter.middleware,

@@ -6,6 +6,7 @@ import {
   refuseQueryCredentials,
   type SecurityEvent,
 } from '../lib/credentials';
+import { createPathRedactor } from '../lib/credential-scan';
 import { errorHandler, methodNotAllowed, notFound } from '../lib/error-handler';
 import { NotFoundError } from '../lib/errors';
 import { requireWhitelistedIp } from '../lib/ip-whitelist';
@@ -14,6 +15,7 @@ import type { KeyStore } from '../lib/key-store';
 import { createAuthFailureLimiter } from '../lib/rate-limit/auth-failures';
 import { createRateLimiter, type LimiterRedis, type RateLimiter } from '../lib/rate-limit/limiter';
 import { clientIp, requestId } from '../lib/request-context';
+import { refuseMalformedRequests } from '../lib/request-shape';
 import { requireRole } from '../lib/roles';
 import { authenticateKeyPair, issueToken } from '../lib/token-exchange';
 import type { TokenService } from '../lib/tokens';
@@ -100,6 +102,21 @@ export function createApp(options: AppOptions): GatewayApp {
       key: 'ip',
     }),
   };
+  // Contract 8: a browser holding a merchant's publishable key cannot spend the merchant's whole
+  // `payments` budget. Checked first, so a refusal here spends nothing of the account's.
+  const publishablePayments = createRateLimiter({
+    ...limiterDefaults,
+    name: 'payments-publishable',
+    limit: limits.publishablePayments,
+    key: 'ip',
+  });
+  const publishableCap: RequestHandler = function publishablePaymentsCap(req, res, next) {
+    if (req.auth?.credential === 'publishable') {
+      void publishablePayments.middleware(req, res, next);
+    } else {
+      next();
+    }
+  };
   const authFailures = createAuthFailureLimiter({
     limit: limits.authFailures,
     windowMs: limits.windowMs,
@@ -128,7 +145,13 @@ export function createApp(options: AppOptions): GatewayApp {
   const rateLimitState = (): 'memory' | 'shared' | 'degraded' =>
     options.redis === undefined ? 'memory' : options.redis.health.state;
 
-  app.use(requestId(), clientIp(), securityHeaders, accessLog(logger));
+  app.use(
+    requestId(),
+    securityHeaders,
+    accessLog(logger, createPathRedactor({ keyStore: options.keyStore })),
+    refuseMalformedRequests(),
+    clientIp(),
+  );
   app.use(refuseQueryCredentials({ keyStore: options.keyStore, onSecurityEvent }));
 
   // Routes that take a publishable key are called from browsers (Checkout): answer CORS for them,
@@ -154,7 +177,7 @@ export function createApp(options: AppOptions): GatewayApp {
   for (const route of ROUTES) {
     const auth: RequestHandler[] =
       route.accept === 'key-pair'
-        ? [authenticateKeyPair({ keyStore: options.keyStore, onSecurityEvent })]
+        ? [authenticateKeyPair({ keyStore: options.keyStore, onSecurityEvent, authFailures })]
         : [
             authenticate({
               keyStore: options.keyStore,
@@ -162,6 +185,7 @@ export function createApp(options: AppOptions): GatewayApp {
               accept: route.accept,
               publicKeyHeader,
               onSecurityEvent,
+              authFailures,
             }),
           ];
     const handler =
@@ -174,6 +198,7 @@ export function createApp(options: AppOptions): GatewayApp {
       ...auth,
       requireWhitelistedIp(),
       ...(route.minimumRole === undefined ? [] : [requireRole(route.minimumRole)]),
+      ...(route.scope === 'payments' && acceptsPublishableKey(route) ? [publishableCap] : []),
       limiters[route.scope].middleware,
       auditAllowed(logger, route.path),
       handler,
@@ -197,7 +222,8 @@ export function createApp(options: AppOptions): GatewayApp {
 
   return Object.assign(app, {
     shutdown: () => {
-      for (const limiter of Object.values(limiters)) limiter.store.shutdown();
+      for (const limiter of [...Object.values(limiters), publishablePayments])
+        limiter.store.shutdown();
       authFailures.store.shutdown();
       proxy.close();
     },
@@ -226,28 +252,8 @@ const securityHeaders: RequestHandler = function securityHeadersMiddleware(_req,
   next();
 };
 
-/** A secret key (`sk_…`) or a token (`eyJ….….…`) pasted into a path segment, raw or percent-encoded. */
-const SECRET_IN_SEGMENT = /(?:^|[^A-Za-z0-9])sk_[A-Za-z0-9]|eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\./i;
-
-/** The path for the access log: segments that look like a secret or a token redacted, then capped. */
-function loggablePath(path: string): string {
-  const redacted = path
-    .split('/')
-    .map((segment) => (SECRET_IN_SEGMENT.test(decodedSegment(segment)) ? '[redacted]' : segment))
-    .join('/');
-  return redacted.length > 200 ? `${redacted.slice(0, 200)}…` : redacted;
-}
-
-function decodedSegment(segment: string): string {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    return segment;
-  }
-}
-
 /** One line per request: no query string, no headers, no body, so never a credential. */
-function accessLog(logger: Logger): RequestHandler {
+function accessLog(logger: Logger, loggablePath: (path: string) => string): RequestHandler {
   return function accessLogMiddleware(req, res, next) {
     if (logger.isLevelEnabled?.('info') === false) {
       next();

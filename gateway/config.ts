@@ -26,6 +26,8 @@ export interface LimitsConfig {
   readonly checkoutCreate: number;
   /** Per client IP per window: `GET /checkout/:id/`. */
   readonly checkoutRead: number;
+  /** Per client IP per window: `payments` requests made with a publishable key (contract 8). */
+  readonly publishablePayments: number;
   /** Failed authentications per client IP per window. */
   readonly authFailures: number;
   readonly windowMs: number;
@@ -56,6 +58,7 @@ export const DEFAULT_LIMITS: LimitsConfig = {
   authenticated: 100,
   checkoutCreate: 30,
   checkoutRead: 45,
+  publishablePayments: 45,
   authFailures: 20,
   windowMs: 60_000,
 };

@@ -27,7 +27,11 @@ export interface Proxy {
   close(): void;
 }
 
-/** Never forwarded: hop-by-hop headers, credentials, and identity claims a client could forge. */
+/**
+ * Never forwarded (contract 14.4): hop-by-hop headers, credentials, identity claims a client could
+ * forge, method and URL overrides, and any header whose name holds `_` (CGI, WSGI and PHP read
+ * `X_Gateway_Role` as `X-Gateway-Role`; nginx drops them too).
+ */
 const STRIPPED_REQUEST_HEADERS = [
   'connection',
   'keep-alive',
@@ -46,6 +50,12 @@ const STRIPPED_REQUEST_HEADERS = [
   'x-real-ip',
   'x-request-id',
   'x-client-ip',
+  // Frameworks that honour these would run another method or route than the one authorised.
+  'x-http-method-override',
+  'x-http-method',
+  'x-method-override',
+  'x-original-url',
+  'x-rewrite-url',
 ];
 const STRIPPED_REQUEST_PREFIXES = ['x-gateway-', 'x-forwarded-'];
 const STRIPPED_RESPONSE_HEADERS = new Set([
@@ -82,6 +92,7 @@ export function createProxy(options: ProxyOptions): Proxy {
       const drop =
         value === undefined ||
         stripped.has(name) ||
+        name.includes('_') ||
         namedByConnection.includes(name) ||
         STRIPPED_REQUEST_PREFIXES.some((prefix) => name.startsWith(prefix));
       if (!drop) headers[name] = value;
@@ -106,7 +117,7 @@ export function createProxy(options: ProxyOptions): Proxy {
     pool
       .request({
         method: req.method,
-        path: basePath + originForm(req.originalUrl),
+        path: basePath + req.path + querySuffix(req.originalUrl),
         headers,
         body: body ?? null,
         signal: cancel,
@@ -120,9 +131,19 @@ export function createProxy(options: ProxyOptions): Proxy {
             upstreamBody.destroy();
             return;
           }
+          if (statusCode < 100 || statusCode > 599) {
+            upstreamBody.destroy();
+            next(new UpstreamError('unavailable'));
+            return;
+          }
           const responseHeaders: Record<string, string | string[]> = {};
+          const namedByUpstream = connectionTokens(upstreamHeaders.connection);
           for (const [name, value] of Object.entries(upstreamHeaders)) {
-            if (value !== undefined && !STRIPPED_RESPONSE_HEADERS.has(name)) {
+            if (
+              value !== undefined &&
+              !STRIPPED_RESPONSE_HEADERS.has(name) &&
+              !namedByUpstream.includes(name)
+            ) {
               responseHeaders[name] = value;
             }
           }
@@ -159,22 +180,19 @@ function isTimeout(error: unknown): boolean {
   return typeof code === 'string' && TIMEOUT_CODES.has(code);
 }
 
-/** `scheme://authority` of a request target sent in absolute form (`GET http://host/path`). */
-const ABSOLUTE_FORM_PREFIX = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
-
 /**
- * The origin-form target (`/path?query`) of a request. An absolute-form target is routed by its
- * path, so only that path goes upstream: forwarded as is, it would let the client choose the host
- * a proxy-capable upstream connects to. Dot segments are left alone, exactly as they were routed.
+ * The query of a request target, with its `?`, or `''`. The upstream gets the routed path and this
+ * (contract 14.5): never a scheme or authority of an absolute-form target, never a fragment (a
+ * target holding `#` is refused before routing).
  */
-function originForm(url: string): string {
-  const rest = url.replace(ABSOLUTE_FORM_PREFIX, '');
-  return rest.startsWith('/') ? rest : `/${rest}`;
+function querySuffix(url: string): string {
+  const start = url.indexOf('?');
+  return start === -1 ? '' : url.slice(start);
 }
 
-function connectionTokens(connection: string | undefined): string[] {
+function connectionTokens(connection: string | string[] | undefined): string[] {
   if (connection === undefined) return [];
-  return connection
+  return (Array.isArray(connection) ? connection.join(',') : connection)
     .split(',')
     .map((token) => token.trim().toLowerCase())
     .filter((token) => token !== '');

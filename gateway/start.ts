@@ -89,6 +89,29 @@ export async function startGateway(
     upstreamTimeoutMs: config.upstreamTimeoutMs,
   });
 
+  // Coalesced reloads share one promise: log each reload once, not once per SIGHUP.
+  let lastReload: Promise<number> | undefined;
+  let lastOutcome: Promise<boolean> = Promise.resolve(true);
+  const reloadKeys = (store: FileKeyStore): Promise<boolean> => {
+    const reload = store.reload();
+    if (reload === lastReload) return lastOutcome;
+    lastReload = reload;
+    lastOutcome = reload.then(
+      (count) => {
+        logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
+        return true;
+      },
+      (error: unknown) => {
+        logger.error(
+          { event: 'keys.reload_failed', reason: (error as Error).message },
+          'keys file not reloaded; the previous keys stay in force',
+        );
+        return false;
+      },
+    );
+    return lastOutcome;
+  };
+
   const server = createGatewayServer(app);
   server.listen(config.port, config.host);
   await new Promise<void>((resolve, reject) => {
@@ -114,20 +137,7 @@ export async function startGateway(
     url,
     app,
     keyStore,
-    reloadKeys: async () => {
-      if (fileStore === undefined) return true;
-      try {
-        const count = await fileStore.reload();
-        logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
-        return true;
-      } catch (error) {
-        logger.error(
-          { event: 'keys.reload_failed', reason: (error as Error).message },
-          'keys file not reloaded; the previous keys stay in force',
-        );
-        return false;
-      }
-    },
+    reloadKeys: () => (fileStore === undefined ? Promise.resolve(true) : reloadKeys(fileStore)),
     stop: async (drainMs = 10_000) => {
       await drain(server, drainMs);
       app.shutdown();

@@ -1,8 +1,10 @@
 import type { Request, RequestHandler } from 'express';
+import { containsSecretOrToken } from './credential-scan';
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
 import { isPlausibleKey, keyPrefixType, keyShape } from './key-format';
 import type { KeyRecord, KeyStore } from './key-store';
 import { MAX_TOKEN_LENGTH, type TokenService } from './tokens';
+import type { AuthFailureLimiter } from './rate-limit/auth-failures';
 import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from './types';
 
 /**
@@ -38,6 +40,11 @@ export interface AuthenticateOptions {
   refuseSecretKeysFromBrowsers?: boolean;
   /** Called for security events; a secret key is never passed, only its key id. */
   onSecurityEvent?: (event: SecurityEvent, req: Request) => void;
+  /**
+   * The failed-authentication budget (`createAuthFailureLimiter()`): the credential is compared
+   * under it, so a spent budget refuses even the right credential. Defaults to none.
+   */
+  authFailures?: Pick<AuthFailureLimiter, 'attempt'>;
 }
 
 const BEARER_PATTERN = /^bearer ([\x21-\x7e]+)$/i;
@@ -111,40 +118,51 @@ function bodyPublicKey(body: unknown): string | undefined {
 
 /**
  * Authenticates the request with one of the credentials the route accepts and sets `req.auth`.
- * Failures go to `next(err)` as `AuthenticationError` (401) or `InvalidRequestError` (400).
+ * Failures go to `next(err)` as `AuthenticationError` (401), `InvalidRequestError` (400) or, when
+ * the failed-authentication budget is spent, `RateLimitedError` (429). Synchronous from the budget
+ * check to the comparison and its count.
  */
 export function authenticate(options: AuthenticateOptions): RequestHandler {
   const config = resolveOptions(options);
-  return async function authenticateMiddleware(req, _res, next) {
-    const credential = presentedCredential(req, config.publicKeyHeader);
-    // A token-shaped value may still be a dotted secret key: a secret-key route looks it up.
-    const acceptable =
-      config.accept.has(credential.kind) ||
-      (credential.kind === 'token' && config.accept.has('secret'));
-    if (!acceptable) {
-      if (credential.kind === 'publishable')
-        await reportLeakedSecretKey(credential.value, req, config);
-      throw new AuthenticationError('credential_not_allowed', config.acceptedMessage);
-    }
-    switch (credential.kind) {
-      case 'secret':
-        req.auth = await authenticateSecretKey(credential.value, req, config);
-        break;
-      case 'token':
-        req.auth = await authenticateTokenOrKey(credential.value, req, config);
-        break;
-      case 'publishable':
-        req.auth = await authenticatePublishableKey(credential.value, req, config);
-        break;
+  const resolve = (req: Request): AuthContext => resolveCredential(req, config);
+  const { authFailures } = config;
+  return function authenticateMiddleware(req, _res, next) {
+    try {
+      req.auth =
+        authFailures === undefined ? resolve(req) : authFailures.attempt(req, () => resolve(req));
+    } catch (error) {
+      next(error);
+      return;
     }
     next();
   };
 }
 
-type ResolvedOptions = Omit<Required<AuthenticateOptions>, 'accept' | 'tokens'> & {
+function resolveCredential(req: Request, config: ResolvedOptions): AuthContext {
+  const credential = presentedCredential(req, config.publicKeyHeader);
+  // A token-shaped value may still be a dotted secret key: a secret-key route looks it up.
+  const acceptable =
+    config.accept.has(credential.kind) ||
+    (credential.kind === 'token' && config.accept.has('secret'));
+  if (!acceptable) {
+    if (credential.kind === 'publishable') reportLeakedSecretKey(credential.value, req, config);
+    throw new AuthenticationError('credential_not_allowed', config.acceptedMessage);
+  }
+  switch (credential.kind) {
+    case 'secret':
+      return authenticateSecretKey(credential.value, req, config);
+    case 'token':
+      return authenticateTokenOrKey(credential.value, req, config);
+    case 'publishable':
+      return authenticatePublishableKey(credential.value, req, config);
+  }
+}
+
+type ResolvedOptions = Omit<Required<AuthenticateOptions>, 'accept' | 'tokens' | 'authFailures'> & {
   accept: ReadonlySet<CredentialKind>;
   acceptedMessage: string;
   tokens: TokenService | undefined;
+  authFailures: AuthenticateOptions['authFailures'];
 };
 
 function resolveOptions(options: AuthenticateOptions): ResolvedOptions {
@@ -176,18 +194,15 @@ function resolveOptions(options: AuthenticateOptions): ResolvedOptions {
     publicKeyHeader,
     refuseSecretKeysFromBrowsers: options.refuseSecretKeysFromBrowsers ?? true,
     onSecurityEvent: options.onSecurityEvent ?? (() => undefined),
+    authFailures: options.authFailures,
   };
 }
 
-async function authenticateSecretKey(
-  secret: string,
-  req: Request,
-  config: ResolvedOptions,
-): Promise<AuthContext> {
+function authenticateSecretKey(secret: string, req: Request, config: ResolvedOptions): AuthContext {
   if (!isPlausibleKey(secret) || keyPrefixType(secret) === 'publishable') {
     throw new AuthenticationError('invalid_api_key');
   }
-  const key = usable(await config.keyStore.findBySecretKey(secret));
+  const key = usable(config.keyStore.findBySecretKey(secret));
   if (key === undefined) throw new AuthenticationError('invalid_api_key');
   if (config.refuseSecretKeysFromBrowsers && hasBrowserSignals(req)) {
     config.onSecurityEvent(leaked(key, 'sent_from_browser'), req);
@@ -204,65 +219,56 @@ async function authenticateSecretKey(
  * another tool that happens to contain two dots (the contract: any key whose digest is in the file
  * authenticates, whatever its shape). Only then is it looked up as a secret key.
  */
-async function authenticateTokenOrKey(
-  value: string,
-  req: Request,
-  config: ResolvedOptions,
-): Promise<AuthContext> {
+function authenticateTokenOrKey(value: string, req: Request, config: ResolvedOptions): AuthContext {
   if (!config.accept.has('token')) {
-    if (usable(await config.keyStore.findBySecretKey(value)) === undefined) {
+    if (usable(config.keyStore.findBySecretKey(value)) === undefined) {
       throw new AuthenticationError('credential_not_allowed', config.acceptedMessage);
     }
     return authenticateSecretKey(value, req, config);
   }
   try {
-    return await authenticateToken(value, config);
+    return authenticateToken(value, config);
   } catch (error) {
     const mayBeKey =
       error instanceof AuthenticationError &&
       error.code === 'invalid_token' &&
       config.accept.has('secret') &&
       keyShape(value) === 'opaque';
-    if (!mayBeKey || usable(await config.keyStore.findBySecretKey(value)) === undefined)
-      throw error;
+    if (!mayBeKey || usable(config.keyStore.findBySecretKey(value)) === undefined) throw error;
     return authenticateSecretKey(value, req, config);
   }
 }
 
-async function authenticateToken(token: string, config: ResolvedOptions): Promise<AuthContext> {
+function authenticateToken(token: string, config: ResolvedOptions): AuthContext {
   if (config.tokens === undefined) throw new AuthenticationError('invalid_token');
   const claims = config.tokens.verify(token);
-  const key = usable(await config.keyStore.findById(claims.keyId));
+  const key = usable(config.keyStore.findById(claims.keyId));
   if (key?.accountId !== claims.accountId) {
     throw new AuthenticationError('invalid_token');
   }
   return { ...contextOf(key, 'token'), tokenId: claims.tokenId };
 }
 
-async function authenticatePublishableKey(
+function authenticatePublishableKey(
   value: string,
   req: Request,
   config: ResolvedOptions,
-): Promise<AuthContext> {
+): AuthContext {
   if (!isPlausibleKey(value)) throw new AuthenticationError('invalid_api_key');
   const key =
     keyPrefixType(value) === 'secret'
       ? undefined
-      : usable(await config.keyStore.findByPublishableKey(value));
+      : usable(config.keyStore.findByPublishableKey(value));
   if (key !== undefined) return contextOf(key, 'publishable');
   // A secret key sent where publishable keys go never authenticates, and is reported as leaked.
-  await reportLeakedSecretKey(value, req, config);
+  reportLeakedSecretKey(value, req, config);
   throw new AuthenticationError('invalid_api_key');
 }
 
 /** Reports `value` as a leaked secret key when it is one (sent as a publishable key). */
-async function reportLeakedSecretKey(
-  value: string,
-  req: Request,
-  config: ResolvedOptions,
-): Promise<void> {
+function reportLeakedSecretKey(value: string, req: Request, config: ResolvedOptions): void {
   if (!isPlausibleKey(value)) return;
-  const leakedKey = await config.keyStore.findBySecretKey(value);
+  const leakedKey = config.keyStore.findBySecretKey(value);
   if (leakedKey !== undefined)
     config.onSecurityEvent(leaked(leakedKey, 'sent_as_publishable_key'), req);
 }
@@ -302,10 +308,6 @@ export const QUERY_CREDENTIAL_PARAMS: ReadonlySet<string> = new Set([
   'authorization',
 ]);
 
-/** A typed secret key or a JWT anywhere in a query value, whatever the parameter is called. */
-const SECRET_OR_TOKEN_VALUE =
-  /sk_(?:live|test)_[0-9A-Za-z]{20}|eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\./;
-
 export interface QueryCredentialOptions {
   /** Looks up refused values, to report a secret key sent in a URL as leaked. */
   keyStore?: KeyStore;
@@ -320,16 +322,12 @@ export interface QueryCredentialOptions {
  */
 export function refuseQueryCredentials(options: QueryCredentialOptions = {}): RequestHandler {
   const { keyStore, onSecurityEvent } = options;
-  const refuse = async (refused: readonly string[], req: Request): Promise<never> => {
-    if (keyStore !== undefined && onSecurityEvent !== undefined) {
-      for (const value of refused) {
-        const key = isPlausibleKey(value) ? await keyStore.findBySecretKey(value) : undefined;
-        if (key !== undefined) onSecurityEvent(leaked(key, 'sent_in_query_string'), req);
-      }
+  const report = (refused: readonly string[], req: Request): void => {
+    if (keyStore === undefined || onSecurityEvent === undefined) return;
+    for (const value of refused) {
+      const key = isPlausibleKey(value) ? keyStore.findBySecretKey(value) : undefined;
+      if (key !== undefined) onSecurityEvent(leaked(key, 'sent_in_query_string'), req);
     }
-    throw new InvalidRequestError(
-      'Credentials are never accepted in the query string; send them in the Authorization header',
-    );
   };
   return function refuseQueryCredentialsMiddleware(req, _res, next) {
     const refused = credentialsInQuery(req.originalUrl);
@@ -337,7 +335,17 @@ export function refuseQueryCredentials(options: QueryCredentialOptions = {}): Re
       next();
       return;
     }
-    refuse(refused, req).catch(next);
+    try {
+      report(refused, req);
+    } catch (error) {
+      next(error);
+      return;
+    }
+    next(
+      new InvalidRequestError(
+        'Credentials are never accepted in the query string; send them in the Authorization header',
+      ),
+    );
   };
 }
 
@@ -348,9 +356,15 @@ export function credentialsInQuery(url: string): string[] {
   const refused: string[] = [];
   // `;` separates parameters for some upstream frameworks: read it as `&` so none hides behind it.
   for (const [name, value] of new URLSearchParams(url.slice(start + 1).replaceAll(';', '&'))) {
-    const normalised = name.trim().toLowerCase().replace(/\[.*$/, '').replaceAll('-', '_');
-    if (QUERY_CREDENTIAL_PARAMS.has(normalised) || SECRET_OR_TOKEN_VALUE.test(value))
+    const normalised = withoutBracketSuffix(name.trim().toLowerCase()).replaceAll('-', '_');
+    if (QUERY_CREDENTIAL_PARAMS.has(normalised) || containsSecretOrToken(value))
       refused.push(value);
   }
   return refused;
+}
+
+/** `name` without an `[…]` suffix (`api_key[0]` is `api_key`), found in one scan. */
+function withoutBracketSuffix(name: string): string {
+  const bracket = name.indexOf('[');
+  return bracket === -1 ? name : name.slice(0, bracket);
 }

@@ -5,6 +5,7 @@ import type { ErrorRequestHandler, RequestHandler } from 'express';
 import {
   type ErrorCode,
   GatewayError,
+  HeadersTooLargeError,
   InternalError,
   InvalidRequestError,
   MethodNotAllowedError,
@@ -80,6 +81,7 @@ function fromHttpError(error: unknown): GatewayError {
   if (typeof status !== 'number' || status < 400 || status > 499) return new InternalError();
   if (status === 413) return new PayloadTooLargeError();
   if (status === 415) return new UnsupportedMediaTypeError();
+  if (status === 431) return new HeadersTooLargeError();
   return new InvalidRequestError('The request could not be understood');
 }
 
@@ -94,7 +96,7 @@ function describeError(error: unknown): { name: string; code?: string } {
 /** Node's parser error codes, as Node itself answers them (status), with the contract's code. */
 type ClientError = readonly [status: number, code: ErrorCode, message: string];
 const CLIENT_ERRORS: Record<string, ClientError> & { default: ClientError } = {
-  HPE_HEADER_OVERFLOW: [431, 'invalid_request', 'Request headers too large'],
+  HPE_HEADER_OVERFLOW: [431, 'headers_too_large', 'Request headers too large'],
   HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'payload_too_large', 'Request body too large'],
   ERR_HTTP_REQUEST_TIMEOUT: [408, 'invalid_request', 'The request was not received in time'],
   default: [400, 'invalid_request', 'The request could not be parsed'],
@@ -115,9 +117,11 @@ export function clientErrorHandler(): (error: Error & { code?: string }, socket:
       return;
     }
     const [status, code, message] = CLIENT_ERRORS[error.code ?? ''] ?? CLIENT_ERRORS.default;
-    const body = JSON.stringify({ status, code, message, request_id: randomUUID() });
+    const requestId = randomUUID();
+    const body = JSON.stringify({ status, code, message, request_id: requestId });
     socket.end(
       `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `X-Request-Id: ${requestId}\r\n` +
         `Content-Length: ${Buffer.byteLength(body)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n${body}`,
     );
   };

@@ -18,6 +18,7 @@ export const ERROR_CODES = [
   'method_not_allowed',
   'payload_too_large',
   'unsupported_media_type',
+  'headers_too_large',
   'rate_limited',
   'upstream_unavailable',
   'upstream_timeout',
@@ -104,7 +105,15 @@ export class MethodNotAllowedError extends GatewayError {
 export class PayloadTooLargeError extends GatewayError {
   override readonly name = 'PayloadTooLargeError';
   constructor() {
-    super(413, 'payload_too_large', 'Request body too large');
+    // The body is left unread: close the connection rather than read or skip it.
+    super(413, 'payload_too_large', 'Request body too large', { Connection: 'close' });
+  }
+}
+
+export class HeadersTooLargeError extends GatewayError {
+  override readonly name = 'HeadersTooLargeError';
+  constructor() {
+    super(431, 'headers_too_large', 'Request headers too large', { Connection: 'close' });
   }
 }
 
@@ -117,8 +126,15 @@ export class UnsupportedMediaTypeError extends GatewayError {
 
 export class RateLimitedError extends GatewayError {
   override readonly name = 'RateLimitedError';
-  constructor(readonly retryAfterSeconds: number) {
-    super(429, 'rate_limited', 'Too many requests', { 'Retry-After': String(retryAfterSeconds) });
+  constructor(
+    readonly retryAfterSeconds: number,
+    /** Further headers of the refusal, e.g. the limit's `RateLimit` and `RateLimit-Policy`. */
+    headers: Readonly<Record<string, string>> = {},
+  ) {
+    super(429, 'rate_limited', 'Too many requests', {
+      ...headers,
+      'Retry-After': String(retryAfterSeconds),
+    });
   }
 }
 

@@ -49,6 +49,15 @@ export {
   type IssueTokenOptions,
 } from './token-exchange';
 export { requestId, clientIp } from './request-context';
+export { refuseMalformedRequests, headersTruncated } from './request-shape';
+export {
+  createPathRedactor,
+  containsSecretOrToken,
+  containsTokenLike,
+  isKnownKey,
+  REDACTED,
+  type PathRedactorOptions,
+} from './credential-scan';
 export { jsonBody, parseJsonObject, DEFAULT_BODY_LIMIT, type JsonBodyOptions } from './json-body';
 export {
   errorHandler,

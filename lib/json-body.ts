@@ -1,5 +1,11 @@
+import bytes from 'bytes';
 import express, { type RequestHandler } from 'express';
-import { InvalidRequestError, UnsupportedMediaTypeError } from './errors';
+import {
+  ConfigurationError,
+  InvalidRequestError,
+  PayloadTooLargeError,
+  UnsupportedMediaTypeError,
+} from './errors';
 
 /**
  * Reads a JSON object body: `application/json` only (415 otherwise, compressed bodies too), at
@@ -16,15 +22,21 @@ export interface JsonBodyOptions {
 export const DEFAULT_BODY_LIMIT = '64kb';
 
 export function jsonBody(options: JsonBodyOptions = {}): RequestHandler {
-  const readRaw = express.raw({
-    type: () => true,
-    limit: options.limit ?? DEFAULT_BODY_LIMIT,
-    inflate: false,
-  });
+  const limit = bytes.parse(options.limit ?? DEFAULT_BODY_LIMIT);
+  if (limit === null || !Number.isSafeInteger(limit) || limit < 0) {
+    throw new ConfigurationError(`jsonBody(): invalid limit ${JSON.stringify(options.limit)}`);
+  }
+  const readRaw = express.raw({ type: () => true, limit, inflate: false });
   return function jsonBodyMiddleware(req, res, next) {
     if (!hasBody(req.headers)) {
       req.body = undefined;
       next();
+      return;
+    }
+    // A declared length over the limit is refused at once, from the header (contract 14.6):
+    // reading, or waiting for, a body that will be refused anyway would hold the connection.
+    if (Number(req.headers['content-length'] ?? 0) > limit) {
+      next(new PayloadTooLargeError());
       return;
     }
     if (req.is('application/json') === false || !isUtf8Charset(req.headers['content-type'])) {

@@ -17,19 +17,20 @@ export interface KeyRecord {
   readonly ipWhitelist: IpWhitelist | undefined;
 }
 
-type MaybePromise<T> = T | Promise<T>;
-
 /**
- * Where keys are looked up. Implement it over a database to replace the keys file; every method
- * may return a promise. Revoked keys are returned with `revoked: true`: callers refuse them.
+ * Where keys are looked up: synchronously, in memory. A request never waits on a file or a
+ * database, and a credential is compared in the same synchronous step as the failed-authentication
+ * budget is checked and counted (contract 14.1). A store over a database keeps the whole ring in
+ * memory and swaps it when the database says it changed. Revoked keys are returned with
+ * `revoked: true`: callers refuse them.
  */
 export interface KeyStore {
   /** The key whose secret has this value, compared by SHA-256 digest in constant time. */
-  findBySecretKey(secretKey: string): MaybePromise<KeyRecord | undefined>;
+  findBySecretKey(secretKey: string): KeyRecord | undefined;
   /** The key pair when `secretKey` belongs to `publishableKey`; the same time whether or not. */
-  findByKeyPair(publishableKey: string, secretKey: string): MaybePromise<KeyRecord | undefined>;
-  findByPublishableKey(publishableKey: string): MaybePromise<KeyRecord | undefined>;
-  findById(keyId: string): MaybePromise<KeyRecord | undefined>;
+  findByKeyPair(publishableKey: string, secretKey: string): KeyRecord | undefined;
+  findByPublishableKey(publishableKey: string): KeyRecord | undefined;
+  findById(keyId: string): KeyRecord | undefined;
 }
 
 export function sha256(value: string): Buffer {
@@ -86,6 +87,11 @@ export class KeyRing implements KeyStore {
  * to load leaves the keys in force unchanged, so a bad edit never locks everyone out.
  */
 export class FileKeyStore implements KeyStore {
+  /** The reload reading the file now, settled (never rejects); `undefined` when none is. */
+  private running: Promise<void> | undefined;
+  /** The one reload scheduled to run after it. */
+  private queued: Promise<number> | undefined;
+
   private constructor(
     readonly path: string,
     private ring: KeyRing,
@@ -96,10 +102,40 @@ export class FileKeyStore implements KeyStore {
     return new FileKeyStore(path, await readKeyRing(path));
   }
 
-  /** Re-reads the file. On failure the previous keys stay in force and the error is thrown. */
-  async reload(): Promise<number> {
-    this.ring = await readKeyRing(this.path);
-    return this.ring.records.length;
+  /**
+   * Re-reads the file and resolves with the number of keys now in force. Reloads are serialised
+   * and coalesced (contract 14.2): a call during a reload schedules exactly one more, which reads
+   * the file as it is when it starts, so the file read last is the one in force, and a storm of
+   * calls costs at most two reads. On failure the previous keys stay in force and it rejects.
+   */
+  reload(): Promise<number> {
+    if (this.running === undefined) return this.readNow();
+    this.queued ??= this.running.then(() => {
+      this.queued = undefined;
+      return this.readNow();
+    });
+    return this.queued;
+  }
+
+  private readNow(): Promise<number> {
+    const read = readKeyRing(this.path).then((ring) => {
+      this.ring = ring;
+      return ring.records.length;
+    });
+    const running: Promise<void> = read.then(
+      () => {
+        this.finished(running);
+      },
+      () => {
+        this.finished(running);
+      },
+    );
+    this.running = running;
+    return read;
+  }
+
+  private finished(run: Promise<void>): void {
+    if (this.running === run) this.running = undefined;
   }
 
   findBySecretKey(secretKey: string): KeyRecord | undefined {

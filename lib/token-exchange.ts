@@ -3,7 +3,9 @@ import { contextOf, hasBrowserSignals, leaked, type SecurityEvent } from './cred
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
 import { isPlausibleKey } from './key-format';
 import type { KeyStore } from './key-store';
+import type { AuthFailureLimiter } from './rate-limit/auth-failures';
 import type { TokenService } from './tokens';
+import type { AuthContext } from './types';
 
 /**
  * `POST /api/v1/auth/generate-token/`: a key pair in the JSON body is exchanged for a short-lived
@@ -20,21 +22,27 @@ export interface KeyPairOptions {
   refuseSecretKeysFromBrowsers?: boolean;
   /** Called for security events (a secret key seen in a browser); receives the key id only. */
   onSecurityEvent?: (event: SecurityEvent, req: Request) => void;
+  /**
+   * The failed-authentication budget (`createAuthFailureLimiter()`): the pair is compared under
+   * it, so a spent budget refuses even the right pair. Defaults to none.
+   */
+  authFailures?: Pick<AuthFailureLimiter, 'attempt'>;
 }
 
 /**
  * Reads `{"api_key", "api_secret"}` (a JSON object with two non-empty strings, else 400) and sets
  * `req.auth` from the key pair. A wrong pair, an unknown or a revoked key: the same 401
- * `invalid_credentials`, in the same time. Mount a JSON body parser before it.
+ * `invalid_credentials`, in the same time. Mount a JSON body parser before it. Synchronous from the
+ * budget check to the comparison and its count.
  */
 export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
   if (typeof options.keyStore !== 'object') {
     throw new ConfigurationError('authenticateKeyPair(): keyStore is required');
   }
-  const { keyStore } = options;
+  const { keyStore, authFailures } = options;
   const refuseFromBrowsers = options.refuseSecretKeysFromBrowsers ?? true;
   const onSecurityEvent = options.onSecurityEvent ?? (() => undefined);
-  return async function authenticateKeyPairMiddleware(req, _res, next) {
+  const compare = (req: Request): AuthContext => {
     const { apiKey, apiSecret } = readKeyPair(req.body);
     if (req.headersDistinct.authorization !== undefined) {
       throw new InvalidRequestError(
@@ -45,7 +53,7 @@ export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
     // is refused before any lookup.
     const key =
       isPlausibleKey(apiKey) && isPlausibleKey(apiSecret)
-        ? await keyStore.findByKeyPair(apiKey, apiSecret)
+        ? keyStore.findByKeyPair(apiKey, apiSecret)
         : undefined;
     if (key === undefined || key.revoked) throw new AuthenticationError('invalid_credentials');
     if (refuseFromBrowsers && hasBrowserSignals(req)) {
@@ -55,7 +63,16 @@ export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
         'Secret keys must never be used from a browser; exchange them for a token on your server',
       );
     }
-    req.auth = contextOf(key, 'secret');
+    return contextOf(key, 'secret');
+  };
+  return function authenticateKeyPairMiddleware(req, _res, next) {
+    try {
+      req.auth =
+        authFailures === undefined ? compare(req) : authFailures.attempt(req, () => compare(req));
+    } catch (error) {
+      next(error);
+      return;
+    }
     next();
   };
 }

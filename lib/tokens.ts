@@ -146,8 +146,7 @@ export class TokenService {
 
   /** The claims of a decoded token, when it has the shape this service mints; expiry is not checked. */
   private claimsOf(decoded: jwt.Jwt | null, nowSeconds: number): TokenClaims | undefined {
-    if (decoded === null || (decoded.header.typ !== undefined && decoded.header.typ !== 'JWT'))
-      return undefined;
+    if (decoded === null || !isPlainHeader(decoded.header)) return undefined;
     if (typeof decoded.payload !== 'object' || decoded.payload.iss !== ISSUER) return undefined;
     const claims = readPayload(decoded.payload);
     if (claims === undefined) return undefined;
@@ -161,6 +160,18 @@ export class TokenService {
     }
     return claims;
   }
+}
+
+/**
+ * The JOSE header this service mints: `alg` and, optionally, `typ: "JWT"`, nothing else (contract
+ * 14.8). `crit`, `b64`, `kid`, `jku`, `x5u` and the like ask a verifier for behaviour it may not
+ * have; a token carrying one was not minted here.
+ */
+function isPlainHeader(header: jwt.JwtHeader): boolean {
+  for (const name of Object.keys(header)) {
+    if (name !== 'alg' && name !== 'typ') return false;
+  }
+  return header.typ === undefined || header.typ === 'JWT';
 }
 
 function invalidToken(): AuthenticationError {

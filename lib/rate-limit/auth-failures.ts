@@ -1,4 +1,4 @@
-import type { ErrorRequestHandler, Request, RequestHandler, Response } from 'express';
+import type { ErrorRequestHandler, Request, RequestHandler } from 'express';
 import { ipKeyGenerator } from 'express-rate-limit';
 import { ConfigurationError, GatewayError, RateLimitedError } from '../errors';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './limiter';
@@ -6,16 +6,20 @@ import type { ResilientStore } from './resilient-store';
 import { createScopeStore } from './scope-store';
 
 /**
- * Throttles credential guessing: wrong keys, pairs and tokens (401) and whitelist refusals (403
- * `ip_not_whitelisted`) are counted per client IP, and an IP past the limit is refused with 429 on
- * every authentication attempt, right or wrong, until its window resets. A successful request
- * costs nothing: only failures are counted, and the refusal is decided from this instance's
- * memory. With a shared Redis the failures of all instances count together, and an instance that
- * has not yet seen the block learns it at the IP's next failure there (one more checked attempt
- * per instance and window, at most).
+ * Throttles credential guessing (contract 14.1): wrong keys, pairs and tokens (401) and whitelist
+ * refusals (403 `ip_not_whitelisted`) are counted per client IP, and an IP whose budget is spent is
+ * refused with 429 on every authentication attempt, right or wrong, until its window resets.
  *
- * Mount `guard` before the authentication middlewares and `recordFailure` as an error handler
- * after them (on the route, or after the router).
+ * The budget is checked and a failure counted in one synchronous step, at the moment a credential
+ * is compared (`attempt()`), in this instance's memory: requests that arrive together (held-back
+ * bodies, pipelining) cannot all pass the check before any of them is counted. A success costs
+ * nothing. With a shared Redis each failure is told to Redis afterwards, so the failures of every
+ * instance count together: an instance that has not yet seen another's block learns it at the IP's
+ * next failure there (one more compared credential per instance and window, at most).
+ *
+ * Mount `guard` before the body is read (a cheap early refusal), pass the limiter to
+ * `authenticate()` / `authenticateKeyPair()` (option `authFailures`), and mount `recordFailure` as
+ * an error handler after the route, for the refusals that come after the comparison (whitelist).
  */
 
 export interface AuthFailureLimiterOptions {
@@ -27,71 +31,133 @@ export interface AuthFailureLimiterOptions {
   /** Defaults to `tollgate:rl:`; `auth-failures:` is appended. */
   prefix?: string;
   expectedInstances?: number;
+  /** Client IPs remembered at most; the oldest window goes first. Defaults to 100 000. */
+  maxTrackedIps?: number;
+  now?: () => number;
 }
 
 export interface AuthFailureLimiter {
+  /** Refuses (429) a request from an IP whose budget is spent, before anything is read. */
   readonly guard: RequestHandler;
+  /**
+   * Runs `compare`, a synchronous credential check, under the request's IP budget: refuses with
+   * `RateLimitedError` without calling it when the budget is spent, and counts a failure when it
+   * throws a wrong-credential error. Check, comparison and count happen in one synchronous step.
+   */
+  attempt<T>(req: Request, compare: () => T): T;
+  /** Error handler counting failures that `attempt()` did not see (whitelist refusals). */
   readonly recordFailure: ErrorRequestHandler;
   readonly store: ResilientStore;
 }
 
 export const DEFAULT_AUTH_FAILURE_LIMIT = 20;
+const DEFAULT_MAX_TRACKED_IPS = 100_000;
 const NAME = 'auth-failures';
+
+interface Window {
+  failures: number;
+  resetAt: number;
+}
 
 export function createAuthFailureLimiter(
   options: AuthFailureLimiterOptions = {},
 ): AuthFailureLimiter {
   const limit = options.limit ?? DEFAULT_AUTH_FAILURE_LIMIT;
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
+  const maxTrackedIps = options.maxTrackedIps ?? DEFAULT_MAX_TRACKED_IPS;
+  const now = options.now ?? Date.now;
   if (!Number.isInteger(limit) || limit < 1) {
     throw new ConfigurationError(
       'createAuthFailureLimiter(): limit must be a whole number of at least 1',
     );
   }
   const prefix = `${options.prefix ?? DEFAULT_PREFIX}${NAME}:`;
+  // Redis' count of every instance's failures. The store blocks a key once its count exceeds its
+  // limit: `limit - 1` blocks it as soon as the limit-th failure is counted.
   const store = createScopeStore({
     prefix,
-    // The store blocks a key once its count exceeds its limit. `limit - 1` blocks it as soon as
-    // the limit-th failure is counted, so no attempt after the allowed failures is evaluated.
     limit: limit - 1,
     redis: options.redis,
     expectedInstances: options.expectedInstances,
   });
   void store.init({ windowMs } as Parameters<ResilientStore['init']>[0]);
+  const shared = options.redis !== undefined;
   const policy = `"${NAME}"; q=${limit}; w=${Math.ceil(windowMs / 1000)}`;
+  // This instance's own count: fixed windows by IP, in insertion order (about reset order).
+  const windows = new Map<string, Window>();
+  // Errors `attempt()` has counted, so that `recordFailure` does not count them again.
+  const counted = new WeakSet<GatewayError>();
 
-  const refuse = (res: Response, until: number): RateLimitedError => {
+  const localWindow = (key: string, at: number): Window | undefined => {
+    const window = windows.get(key);
+    if (window === undefined || window.resetAt > at) return window;
+    windows.delete(key);
+    return undefined;
+  };
+
+  /** When the IP's budget is spent: the time it resets; `undefined` while some is left. */
+  const spentUntil = (key: string): number | undefined => {
+    const at = now();
+    const window = localWindow(key, at);
+    const local = window !== undefined && window.failures >= limit ? window.resetAt : undefined;
+    const fleet = store.blockedUntil(key);
+    if (local === undefined) return fleet;
+    return fleet === undefined ? local : Math.max(local, fleet);
+  };
+
+  const refusal = (until: number): RateLimitedError => {
     const seconds = retryAfterSeconds(until, windowMs);
-    res.append('RateLimit-Policy', policy);
-    res.append('RateLimit', `"${NAME}"; r=0; t=${seconds}`);
-    return new RateLimitedError(seconds);
+    return new RateLimitedError(seconds, {
+      'RateLimit-Policy': policy,
+      RateLimit: `"${NAME}"; r=0; t=${seconds}`,
+    });
   };
 
-  const guard: RequestHandler = function authFailureGuard(req, res, next) {
-    const until = store.blockedUntil(keyOf(req));
-    next(until === undefined ? undefined : refuse(res, until));
-  };
-
-  const recordFailure: ErrorRequestHandler = function recordAuthFailure(error, req, res, next) {
-    if (!countsAsFailure(error)) {
-      next(error);
-      return;
+  const count = (key: string): void => {
+    const at = now();
+    const window = localWindow(key, at);
+    if (window === undefined) {
+      if (windows.size >= maxTrackedIps) {
+        const oldest = windows.keys().next();
+        if (oldest.done !== true) windows.delete(oldest.value);
+      }
+      windows.set(key, { failures: 1, resetAt: at + windowMs });
+    } else {
+      window.failures += 1;
     }
-    store.increment(keyOf(req)).then(
-      (result) => {
-        next(
-          result.totalHits > limit
-            ? refuse(res, result.resetTime?.getTime() ?? Date.now() + windowMs)
-            : error,
-        );
-      },
-      () => {
-        next(error);
-      },
-    );
+    // Told afterwards, for the other instances; a failure to tell is the store's to degrade.
+    if (shared) void store.increment(key).catch(() => undefined);
   };
 
-  return { guard, recordFailure, store };
+  const guard: RequestHandler = function authFailureGuard(req, _res, next) {
+    const until = spentUntil(keyOf(req));
+    next(until === undefined ? undefined : refusal(until));
+  };
+
+  const attempt = <T>(req: Request, compare: () => T): T => {
+    const key = keyOf(req);
+    const until = spentUntil(key);
+    if (until !== undefined) throw refusal(until);
+    try {
+      return compare();
+    } catch (error) {
+      if (countsAsFailure(error)) {
+        counted.add(error);
+        count(key);
+      }
+      throw error;
+    }
+  };
+
+  const recordFailure: ErrorRequestHandler = function recordAuthFailure(error, req, _res, next) {
+    if (countsAsFailure(error) && !counted.has(error)) {
+      counted.add(error);
+      count(keyOf(req));
+    }
+    next(error);
+  };
+
+  return { guard, attempt, recordFailure, store };
 }
 
 function keyOf(req: Request): string {
@@ -106,6 +172,6 @@ const COUNTED_CODES: ReadonlySet<string> = new Set([
   'ip_not_whitelisted',
 ]);
 
-function countsAsFailure(error: unknown): boolean {
+function countsAsFailure(error: unknown): error is GatewayError {
   return error instanceof GatewayError && COUNTED_CODES.has(error.code);
 }

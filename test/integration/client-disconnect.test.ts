@@ -1,49 +1,92 @@
 import net from 'node:net';
-import type { KeyRecord, KeyStore } from '../../lib/key-store';
+import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import { TokenService } from '../../lib/tokens';
 import { createApp, type GatewayApp } from '../../gateway/app';
 import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 import { captureLogs } from '../helpers/logs';
+import {
+  acquireTestRedis,
+  describeWithRedis,
+  type TestRedis,
+  uniquePrefix,
+} from '../helpers/redis';
 import { startRecordingUpstream, type RecordingUpstream } from '../helpers/upstream';
 
 /**
- * A client that hangs up while its request is still being checked (a Redis round trip, a slow key
- * store) must not take the gateway down, and its request must not reach the upstream.
+ * A client that hangs up while its request is still being checked (the limiter's Redis round trip)
+ * must not take the gateway down, and its request must not reach the upstream. The round trip is
+ * made slow by a relay that holds every chunk between the gateway and a real Redis.
  */
 
-const LOOKUP_DELAY_MS = 40;
+const RELAY_DELAY_MS = 30;
 
-/** The fixtures' keys behind a key store that answers secret-key lookups late. */
-function slowKeyStore(inner: KeyStore): KeyStore {
-  const late = <T>(value: T): Promise<T> =>
-    new Promise((resolve) =>
-      setTimeout(() => {
-        resolve(value);
-      }, LOOKUP_DELAY_MS),
-    );
+/** A TCP relay to `target` that delays every chunk, both ways, by `delayMs`. */
+async function startSlowRelay(
+  target: { host: string; port: number },
+  delayMs: number,
+): Promise<{ port: number; close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>();
+  const later = (to: net.Socket) => (chunk: Buffer) => {
+    setTimeout(() => {
+      if (!to.destroyed) to.write(chunk);
+    }, delayMs);
+  };
+  const server = net.createServer((client) => {
+    const redis = net.connect(target.port, target.host);
+    for (const socket of [client, redis]) {
+      sockets.add(socket);
+      socket.on('error', () => undefined);
+      socket.on('close', () => {
+        client.destroy();
+        redis.destroy();
+      });
+    }
+    client.on('data', later(redis));
+    redis.on('data', later(client));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
-    findBySecretKey: async (secret): Promise<KeyRecord | undefined> =>
-      late(await inner.findBySecretKey(secret)),
-    findByKeyPair: (pk, secret) => inner.findByKeyPair(pk, secret),
-    findByPublishableKey: (pk) => inner.findByPublishableKey(pk),
-    findById: (id) => inner.findById(id),
+    port: (server.address() as net.AddressInfo).port,
+    close: async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) =>
+        server.close(() => {
+          resolve();
+        }),
+      );
+    },
   };
 }
 
-describe('a client hanging up while its request is checked', () => {
+describeWithRedis('a client hanging up while its request is checked', () => {
   const fixtures = createFixtures();
   let upstream: RecordingUpstream;
   let app: GatewayApp;
   let port: number;
   let close: () => Promise<void>;
+  let redis: TestRedis | undefined;
+  let relay: Awaited<ReturnType<typeof startSlowRelay>>;
+  let limiterRedis: LimiterRedisConnection;
 
   beforeAll(async () => {
+    redis = await acquireTestRedis();
+    if (redis === undefined) throw new Error('no Redis');
+    const target = new URL(redis.url);
+    relay = await startSlowRelay(
+      { host: target.hostname, port: Number(target.port || 6379) },
+      RELAY_DELAY_MS,
+    );
+    target.host = `127.0.0.1:${relay.port}`;
+    limiterRedis = createLimiterRedis({ url: target.toString(), commandTimeoutMs: 1000 });
+    while (limiterRedis.health.state !== 'shared') await new Promise((r) => setTimeout(r, 10));
     upstream = await startRecordingUpstream();
     app = createApp({
-      keyStore: slowKeyStore(fixtures.ring),
+      keyStore: fixtures.ring,
       tokens: new TokenService({ secret: TOKEN_SECRET }),
       upstreamUrl: upstream.url,
       logger: captureLogs().logger,
+      redis: limiterRedis,
+      redisPrefix: uniquePrefix('disconnect'),
     });
     const server = app.listen(0, '127.0.0.1');
     await new Promise<void>((resolve) => server.once('listening', resolve));
@@ -56,7 +99,10 @@ describe('a client hanging up while its request is checked', () => {
         }),
       );
       app.shutdown();
+      await limiterRedis.close();
+      await relay.close();
       await upstream.close();
+      await redis?.close();
     };
   });
   afterAll(async () => {
@@ -82,7 +128,7 @@ describe('a client hanging up while its request is checked', () => {
   it('is not forwarded upstream, and the gateway keeps answering', async () => {
     const { admin } = fixtures.keys;
     await Promise.all(Array.from({ length: 10 }, () => request(admin.secretKey, 5)));
-    await new Promise((resolve) => setTimeout(resolve, LOOKUP_DELAY_MS * 3));
+    await new Promise((resolve) => setTimeout(resolve, RELAY_DELAY_MS * 6));
     expect(upstream.requests).toHaveLength(0);
 
     const after = await request(admin.secretKey);

@@ -431,8 +431,8 @@ describe('internal_error', () => {
     findBySecretKey(): KeyRecord | undefined {
       throw new Error(INTERNAL_DETAIL);
     }
-    findByKeyPair(): Promise<KeyRecord | undefined> {
-      return Promise.reject(new Error(INTERNAL_DETAIL));
+    findByKeyPair(): KeyRecord | undefined {
+      throw new Error(INTERNAL_DETAIL);
     }
     findByPublishableKey(): KeyRecord | undefined {
       throw new Error(INTERNAL_DETAIL);
@@ -444,7 +444,7 @@ describe('internal_error', () => {
 
   it.each([
     ['a secret-key lookup that throws', 'GET', '/api/v1/wallets/'],
-    ['a key-pair lookup that rejects', 'POST', GENERATE_TOKEN],
+    ['a key-pair lookup that throws', 'POST', GENERATE_TOKEN],
   ] as const)(
     '%s (%s %s) answers 500 internal_error without the internal message or a stack',
     async (_name, method, path) => {

@@ -25,6 +25,7 @@ const SMALL: LimitsConfig = {
   authenticated: 2,
   checkoutCreate: 2,
   checkoutRead: 4,
+  publishablePayments: 5,
   authFailures: 3,
   windowMs: 60_000,
 };

@@ -355,7 +355,7 @@ const cases: HostileCase[] = [
     ...accepted,
   },
   {
-    name: 'Transfer-Encoding and Content-Length together (raw): Node answers 400',
+    name: 'Transfer-Encoding and Content-Length together (raw): 400 with the contract body',
     request: ({ keys }) => ({
       raw: {
         method: 'POST',
@@ -369,11 +369,11 @@ const cases: HostileCase[] = [
       },
     }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {
-    name: 'Transfer-Encoding gzip without chunked (raw): Node answers 400',
+    name: 'Transfer-Encoding gzip without chunked (raw): 400 with the contract body',
     request: ({ keys }) => ({
       raw: {
         method: 'POST',
@@ -386,11 +386,11 @@ const cases: HostileCase[] = [
       },
     }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {
-    name: 'bytes beyond a short Content-Length are a second, malformed request (raw): Node answers 400',
+    name: 'bytes beyond a short Content-Length are a second, malformed request (raw): 400 with the contract body',
     request: ({ keys }) => ({
       raw: {
         method: 'POST',
@@ -403,7 +403,7 @@ const cases: HostileCase[] = [
       },
     }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {

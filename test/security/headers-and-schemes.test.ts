@@ -166,12 +166,12 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'a 20 KB Authorization value (raw): Node refuses the headers with 431',
+    name: 'a 20 KB Authorization value (raw): 431 headers_too_large with the contract body',
     request: () => ({
       raw: { target: WALLETS, headers: [['Authorization', `Bearer ${'k'.repeat(20 * 1024)}`]] },
     }),
     status: 431,
-    code: null,
+    code: 'headers_too_large',
     upstream: false,
   },
   {
@@ -205,16 +205,16 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'a NUL byte inside the Authorization value (raw): Node answers 400',
+    name: 'a NUL byte inside the Authorization value (raw): 400 with the contract body',
     request: ({ keys }) => ({
       raw: { target: WALLETS, headers: [['Authorization', `Bearer ${keys.admin.secretKey}\0`]] },
     }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {
-    name: 'a bare CR used to inject a header (raw): Node answers 400',
+    name: 'a bare CR used to inject a header (raw): 400 with the contract body',
     request: ({ keys }) => ({
       raw: {
         target: WALLETS,
@@ -224,20 +224,20 @@ const cases: HostileCase[] = [
       },
     }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {
-    name: 'an obs-fold continuation line splitting the value (raw): Node answers 400',
+    name: 'an obs-fold continuation line splitting the value (raw): 400 with the contract body',
     request: ({ keys }) => ({
       raw: { target: WALLETS, headers: [['Authorization', `Bearer\r\n ${keys.admin.secretKey}`]] },
     }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {
-    name: 'lines ending in a bare LF (raw): Node answers 400',
+    name: 'lines ending in a bare LF (raw): 400 with the contract body',
     request: ({ keys }) => ({
       raw: {
         target: WALLETS,
@@ -246,16 +246,16 @@ const cases: HostileCase[] = [
       },
     }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {
-    name: 'a space before the colon of the header name (raw): Node answers 400',
+    name: 'a space before the colon of the header name (raw): 400 with the contract body',
     request: ({ keys }) => ({
       raw: { target: WALLETS, headers: [['Authorization ', `Bearer ${keys.admin.secretKey}`]] },
     }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {
@@ -407,7 +407,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'a negative Content-Length (raw): Node answers 400',
+    name: 'a negative Content-Length (raw): 400 with the contract body',
     request: ({ keys }) => ({
       raw: {
         method: 'POST',
@@ -419,7 +419,7 @@ const cases: HostileCase[] = [
       },
     }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
 ];

@@ -30,7 +30,7 @@ class CountingKeyStore implements KeyStore {
     this.lookups++;
     return this.inner.findByPublishableKey(publishableKey);
   }
-  findById(keyId: string): KeyRecord | undefined | Promise<KeyRecord | undefined> {
+  findById(keyId: string): KeyRecord | undefined {
     this.lookups++;
     return this.inner.findById(keyId);
   }

@@ -184,10 +184,10 @@ const cases: HostileCase[] = [
     ...notFound,
   },
   {
-    name: 'a target with a space (raw): Node answers 400',
+    name: 'a target with a space (raw): 400 with the contract body',
     request: () => ({ raw: { target: '/api/v1/wallets/ HTTP/1.1\r\nX-Injected: 1\r\nX' } }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {
@@ -272,10 +272,10 @@ const cases: HostileCase[] = [
     ...notAllowed,
   },
   {
-    name: 'a lower-case method "get" (raw): Node answers 400',
+    name: 'a lower-case method "get" (raw): 400 with the contract body',
     request: () => ({ raw: { method: 'get', target: WALLETS } }),
     status: 400,
-    code: null,
+    code: 'invalid_request',
     upstream: false,
   },
   {

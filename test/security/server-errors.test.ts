@@ -48,7 +48,7 @@ const cases: ParserCase[] = [
       headers: [['Authorization', `Bearer ${secret}${'k'.repeat(20 * 1024)}`]],
     },
     status: 431,
-    code: 'invalid_request',
+    code: 'headers_too_large',
   },
   {
     name: 'Transfer-Encoding with Content-Length',

@@ -53,7 +53,7 @@ describe('toGatewayError', () => {
     [400, 400, 'invalid_request'],
     [413, 413, 'payload_too_large'],
     [415, 415, 'unsupported_media_type'],
-    [431, 400, 'invalid_request'],
+    [431, 431, 'headers_too_large'],
   ])('maps an HTTP error with status %i to %i %s', (status, expectedStatus, code) => {
     const original = Object.assign(new URIError("Failed to decode param '%E0%A4%A'"), { status });
     const mapped = toGatewayError(original);

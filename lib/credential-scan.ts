@@ -1,0 +1,104 @@
+import { isPlausibleKey } from './key-format';
+import type { KeyStore } from './key-store';
+
+/**
+ * Finding credentials in text that must not hold one (query values, path segments bound for a log
+ * line), in time linear in the text (contract 14.3): a single pass, no backtracking, so an input
+ * full of `eyJ` or `.` costs what a plain one of the same length does.
+ */
+
+/** A typed secret key made by the key command: `sk_live_` or `sk_test_` and 20 or more characters. */
+const TYPED_SECRET = /sk_(?:live|test)_[0-9A-Za-z]{20}/;
+/** Anything starting like a secret key (`sk_` and a letter or digit), for text bound for a log. */
+const SECRET_PREFIX = /(?:^|[^A-Za-z0-9])sk_[A-Za-z0-9]/i;
+
+/**
+ * True when `text` holds something shaped like a JWT: `eyJ` (a base64url JSON header), base64url
+ * characters, a dot, base64url characters and a second dot. One pass: the state is whether the run
+ * of base64url characters being read holds `eyJ`, and whether it follows such a run and its dot.
+ */
+export function containsTokenLike(text: string): boolean {
+  let runHasHeader = false;
+  let afterHeaderDot = false;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (isBase64Url(code)) {
+      if (code === 0x65 && text.charCodeAt(i + 1) === 0x79 && text.charCodeAt(i + 2) === 0x4a) {
+        runHasHeader = true;
+      }
+    } else if (code === 0x2e) {
+      if (afterHeaderDot) return true;
+      afterHeaderDot = runHasHeader;
+      runHasHeader = false;
+    } else {
+      afterHeaderDot = false;
+      runHasHeader = false;
+    }
+  }
+  return false;
+}
+
+/** True when `text` holds a typed secret key or a token, wherever it stands in the text. */
+export function containsSecretOrToken(text: string): boolean {
+  return TYPED_SECRET.test(text) || containsTokenLike(text);
+}
+
+/** True when `value` is, whole, a secret or publishable key of the store (any shape of key). */
+export function isKnownKey(keyStore: KeyStore, value: string): boolean {
+  return (
+    isPlausibleKey(value) &&
+    (keyStore.findBySecretKey(value) !== undefined ||
+      keyStore.findByPublishableKey(value) !== undefined)
+  );
+}
+
+export interface PathRedactorOptions {
+  /** Segments that are a key of this store, whatever their shape, are redacted. */
+  keyStore?: KeyStore;
+  /** Longer results are cut, with `…`. Defaults to 200. */
+  maxLength?: number;
+}
+
+export const REDACTED = '[redacted]';
+
+/**
+ * Returns a function that makes a request path fit for a log line (contract 14.10): each segment,
+ * percent-decoded, that holds a typed secret key or a token, or that is a known key of the store
+ * (looked up by digest), is replaced by `[redacted]`; the result is capped.
+ */
+export function createPathRedactor(options: PathRedactorOptions = {}): (path: string) => string {
+  const { keyStore } = options;
+  const maxLength = options.maxLength ?? 200;
+  const redactSegment = (segment: string): string => {
+    const decoded = decodedSegment(segment);
+    const secret =
+      SECRET_PREFIX.test(decoded) ||
+      containsTokenLike(decoded) ||
+      (keyStore !== undefined && (isKnownKey(keyStore, decoded) || isKnownKey(keyStore, segment)));
+    return secret ? REDACTED : segment;
+  };
+  return function redactPath(path) {
+    const redacted = path.split('/').map(redactSegment).join('/');
+    return redacted.length > maxLength ? `${redacted.slice(0, maxLength)}…` : redacted;
+  };
+}
+
+function decodedSegment(segment: string): string {
+  if (!segment.includes('%')) return segment;
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+/** `A-Z`, `a-z`, `0-9`, `-` and `_`. */
+function isBase64Url(code: number): boolean {
+  return (
+    (code >= 0x61 && code <= 0x7a) ||
+    (code >= 0x41 && code <= 0x5a) ||
+    (code >= 0x30 && code <= 0x39) ||
+    code === 0x2d ||
+    code === 0x5f
+  );
+}

@@ -1,0 +1,127 @@
+import fc from 'fast-check';
+import {
+  containsSecretOrToken,
+  containsTokenLike,
+  createPathRedactor,
+  REDACTED,
+} from '../../lib/credential-scan';
+import { credentialsInQuery } from '../../lib/credentials';
+import { createFixtures } from '../helpers/fixtures';
+
+/**
+ * The credential scanners (contract 14.3 and 14.10): they find what the regular expressions they
+ * replace found, redact every known key whatever its shape, and cost time linear in their input,
+ * so a path or query full of `eyJ` or `.` costs what a plain one does.
+ */
+
+/** The backtracking expression the scanner replaces: the reference for what it must find. */
+const TOKEN_LIKE = /eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\./;
+
+describe('containsTokenLike', () => {
+  it.each([
+    ['a JWT', 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJrIn0.c2ln', true],
+    ['a JWT with an empty signature', 'eyJhbGciOiJub25lIn0.eyJ9.', true],
+    ['a JWT inside other text', 'x=1&t=abc-eyJhbG.pay.sig', true],
+    ['a header and one dot only', 'eyJhbGciOiJub25lIn0.eyJ9', false],
+    ['a dot too early', 'ey.Jab.c.', false],
+    ['a slash between the parts', 'eyJa/b.c.', false],
+    ['a slash inside the payload', 'eyJa.b/c.', false],
+    ['plain text', 'wallets', false],
+    ['empty', '', false],
+  ])('%s: %s', (_name, text, expected) => {
+    expect(containsTokenLike(text)).toBe(expected);
+    expect(TOKEN_LIKE.test(text)).toBe(expected);
+  });
+
+  it('agrees with the regular expression on any text made of the characters that matter', () => {
+    const text = fc.string({
+      unit: fc.constantFrom('e', 'y', 'J', '.', 'a', '-', '_', '/', '%', ' '),
+      maxLength: 40,
+    });
+    fc.assert(
+      fc.property(text, (value) => containsTokenLike(value) === TOKEN_LIKE.test(value)),
+      { numRuns: 2000 },
+    );
+  });
+});
+
+describe('containsSecretOrToken', () => {
+  it('finds a typed secret key and a token, not a publishable key', () => {
+    const { keys } = createFixtures();
+    expect(containsSecretOrToken(`x${keys.admin.secretKey}`)).toBe(true);
+    expect(containsSecretOrToken('eyJa.b.c')).toBe(true);
+    expect(containsSecretOrToken(keys.admin.publishableKey)).toBe(false);
+  });
+});
+
+describe('createPathRedactor', () => {
+  const { keys, ring } = createFixtures();
+  const redact = createPathRedactor({ keyStore: ring });
+
+  it.each([
+    ['a typed secret key', keys.admin.secretKey],
+    ['a publishable key', keys.level1.publishableKey],
+    ['a token', 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJrIn0.c2ln'],
+    [
+      'an opaque secret key of another tool, percent-encoded',
+      encodeURIComponent(keys.foreign.secretKey),
+    ],
+  ])('redacts %s in a segment, keeping the others', (_name, segment) => {
+    expect(redact(`/api/v1/${segment}/status`)).toBe(`/api/v1/${REDACTED}/status`);
+  });
+
+  it('redacts an opaque key that is not of any recognisable shape only because it is known', () => {
+    const unknownOpaque = 'opaque-value-0123456789abcdef';
+    expect(redact(`/api/v1/${unknownOpaque}`)).toBe(`/api/v1/${unknownOpaque}`);
+  });
+
+  it('caps the result', () => {
+    expect(redact(`/${'a'.repeat(500)}`)).toHaveLength(201);
+  });
+});
+
+/** The median over `runs` samples of the time of `batch` calls of `fn`, in ms. */
+function medianMs(fn: () => unknown, runs = 9, batch = 10): number {
+  const times: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const started = process.hrtime.bigint();
+    for (let j = 0; j < batch; j++) fn();
+    times.push(Number(process.hrtime.bigint() - started) / 1e6);
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(runs / 2)] ?? 0;
+}
+
+describe('scan cost grows linearly with the input', () => {
+  const { ring } = createFixtures();
+  const redact = createPathRedactor({ keyStore: ring, maxLength: Number.MAX_SAFE_INTEGER });
+  const scanners: [string, (text: string) => unknown][] = [
+    ['the path redactor', (text) => redact(`/${text}`)],
+    ['the query-credential detector', (text) => credentialsInQuery(`/healthz?q=${text}`)],
+    ['containsTokenLike', containsTokenLike],
+  ];
+  const inputs: [string, (length: number) => string][] = [
+    ['eyJ repeated', (length) => 'eyJ'.repeat(Math.ceil(length / 3)).slice(0, length)],
+    ['. repeated', (length) => '.'.repeat(length)],
+    ['eyJ. repeated', (length) => 'eyJ.'.repeat(Math.ceil(length / 4)).slice(0, length)],
+  ];
+
+  for (const [scanner, scan] of scanners) {
+    it.each(inputs)(`${scanner}: 64 KB of %s costs at most 6 times 16 KB of it`, (_input, make) => {
+      const small = make(16 * 1024);
+      const large = make(64 * 1024);
+      // Warm up, so the first measurement does not pay for compilation.
+      for (let i = 0; i < 3; i++) {
+        scan(small);
+        scan(large);
+      }
+      const ratio =
+        medianMs(() => scan(large)) /
+        Math.max(
+          medianMs(() => scan(small)),
+          0.001,
+        );
+      expect(ratio).toBeLessThanOrEqual(6);
+    });
+  }
+});
