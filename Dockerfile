@@ -1,11 +1,11 @@
 # syntax=docker/dockerfile:1
 
 # Build stage: compile TypeScript to dist/.
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # --ignore-scripts: no dependency needs an install script (package.json "allowScripts"), and the
-# image's npm 10 does not read "allowScripts", so skip them explicitly.
+# image need not read "allowScripts" the way the npm that wrote the lock file does: skip them.
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY lib ./lib
@@ -13,7 +13,7 @@ COPY gateway ./gateway
 RUN npm run build
 
 # Runtime stage: production dependencies and compiled output only.
-FROM node:20-bookworm-slim AS runtime
+FROM node:24-bookworm-slim AS runtime
 ENV NODE_ENV=production HOST=:: PORT=8080
 WORKDIR /app
 COPY package.json package-lock.json ./
