@@ -1,0 +1,134 @@
+import { describeAnswers, type Expectation, unexpectedAnswers } from './expect';
+import type { WrkResult } from './wrk';
+
+/** One measured wrk run. */
+export interface Row {
+  readonly target: string;
+  readonly credential: string;
+  readonly expected: Expectation;
+  readonly result: WrkResult;
+  /** Seconds actually measured (a failure budget can shorten a case, see `note`). */
+  readonly measuredSeconds: number;
+  readonly note?: string;
+}
+
+/** One case run against this build and the baseline, in turn, in rounds. */
+export interface Comparison {
+  readonly name: string;
+  readonly rounds: readonly Round[];
+}
+
+export interface Round {
+  /** 1-based. */
+  readonly round: number;
+  readonly thisFirst: boolean;
+  readonly current: Row;
+  readonly baseline: Row;
+}
+
+export function isClean(row: Row): boolean {
+  return unexpectedAnswers(row.result, row.expected) === 0 && row.result.socketErrors === 0;
+}
+
+const integer = (value: number): string => Math.round(value).toLocaleString('en-US');
+
+function measuredCells(row: Row): string {
+  const { result, expected } = row;
+  return (
+    `${integer(result.requestsPerSecond)} | ${result.p50Ms.toFixed(2)} | ${result.p99Ms.toFixed(2)} | ` +
+    `${describeAnswers(result, expected)} | ${unexpectedAnswers(result, expected)} | ${result.socketErrors}`
+  );
+}
+
+export function formatRows(rows: readonly Row[]): string {
+  const lines = [
+    '| target | credential | expected | requests/s | p50 (ms) | p99 (ms) | answers | unexpected | socket errors |',
+    '|---|---|---|---:|---:|---:|---|---:|---:|',
+  ];
+  for (const row of rows) {
+    lines.push(
+      `| ${row.target} | ${row.credential} | ${row.expected.label} | ${measuredCells(row)} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+export function notes(rows: readonly Row[]): string[] {
+  return rows.flatMap((row) => (row.note === undefined ? [] : [`- ${row.target}: ${row.note}`]));
+}
+
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  if (sorted.length === 0) return Number.NaN;
+  return sorted.length % 2 === 1
+    ? (sorted[middle] ?? Number.NaN)
+    : ((sorted[middle - 1] ?? Number.NaN) + (sorted[middle] ?? Number.NaN)) / 2;
+}
+
+interface Ratios {
+  readonly throughput: number;
+  readonly p50: number;
+  readonly p99: number;
+}
+
+function ratiosOf(round: Round): Ratios {
+  const a = round.current.result;
+  const b = round.baseline.result;
+  return {
+    throughput: a.requestsPerSecond / b.requestsPerSecond,
+    p50: a.p50Ms / b.p50Ms,
+    p99: a.p99Ms / b.p99Ms,
+  };
+}
+
+const times = (value: number): string => `${value.toFixed(2)}x`;
+
+/**
+ * Per-round figures of both builds, the per-round ratios this build / baseline, and their medians
+ * (the median of the per-round ratios: each ratio compares two runs made next to each other).
+ */
+export function formatComparisons(comparisons: readonly Comparison[]): string[] {
+  const figures = [
+    '| case | round | build | requests/s | p50 (ms) | p99 (ms) | answers | unexpected | socket errors |',
+    '|---|---:|---|---:|---:|---:|---|---:|---:|',
+  ];
+  const ratios = [
+    '| case | round (order) | requests/s this / baseline | p50 this / baseline | p99 this / baseline |',
+    '|---|---|---:|---:|---:|',
+  ];
+  const medians: string[] = [];
+  const roundNotes: string[] = [];
+  for (const { name, rounds } of comparisons) {
+    for (const round of rounds) {
+      const order = round.thisFirst
+        ? [['this', round.current] as const, ['baseline', round.baseline] as const]
+        : [['baseline', round.baseline] as const, ['this', round.current] as const];
+      for (const [build, row] of order) {
+        figures.push(`| ${name} | ${round.round} | ${build} | ${measuredCells(row)} |`);
+        if (row.note !== undefined) {
+          roundNotes.push(`- ${name}, round ${round.round}, ${build}: ${row.note}`);
+        }
+      }
+      const r = ratiosOf(round);
+      ratios.push(
+        `| ${name} | ${round.round} (${round.thisFirst ? 'this first' : 'baseline first'}) | ` +
+          `${times(r.throughput)} | ${times(r.p50)} | ${times(r.p99)} |`,
+      );
+    }
+    const all = rounds.map(ratiosOf);
+    medians.push(
+      `- ${name}: median this / baseline over ${rounds.length} round(s): ` +
+        `throughput ${times(median(all.map((r) => r.throughput)))}, ` +
+        `p50 ${times(median(all.map((r) => r.p50)))}, p99 ${times(median(all.map((r) => r.p99)))}`,
+    );
+  }
+  return [
+    figures.join('\n'),
+    '',
+    ...(roundNotes.length > 0 ? [...roundNotes, ''] : []),
+    ratios.join('\n'),
+    '',
+    ...medians,
+  ];
+}
