@@ -11,10 +11,12 @@
  * REDIS_URL (shared limit counters; unset: in memory).
  */
 import { randomBytes } from 'node:crypto';
+import http from 'node:http';
 import express, { type Express, type Request, type RequestHandler } from 'express';
 import {
   authenticate,
   authenticateKeyPair,
+  clientErrorHandler,
   clientIp,
   createAuthFailureLimiter,
   createLimiterRedis,
@@ -227,7 +229,11 @@ async function main(): Promise<void> {
     redisUrl === undefined || redisUrl === '' ? undefined : createLimiterRedis({ url: redisUrl });
 
   const { app, shutdown } = createExampleApp({ keyStore, tokens, redis, logger: consoleLogger });
-  const server = app.listen(port, '127.0.0.1', () => {
+  // `requireHostHeader: false` lets `refuseMalformedRequests()` answer a request without `Host`
+  // with the JSON body; `clientErrorHandler()` does the same for what Node's parser refuses.
+  const server = http.createServer({ requireHostHeader: false }, app);
+  server.on('clientError', clientErrorHandler());
+  server.listen(port, '127.0.0.1', () => {
     console.log(
       `example app listening on http://127.0.0.1:${port} (limits: ${redis === undefined ? 'memory' : 'Redis'})`,
     );

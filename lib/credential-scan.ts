@@ -1,4 +1,4 @@
-import { isPlausibleKey } from './key-format';
+import { isPlausibleKey, KEY_MAX_LENGTH, KEY_MIN_LENGTH } from './key-format';
 import type { KeyStore } from './key-store';
 
 /**
@@ -61,24 +61,55 @@ export interface PathRedactorOptions {
 
 export const REDACTED = '[redacted]';
 
+/** Keys of other tools may hold `/` (base64): runs of up to this many segments are looked up too. */
+const MAX_SEGMENTS_PER_KEY = 4;
+
 /**
  * Returns a function that makes a request path fit for a log line (contract 14.10): each segment,
  * percent-decoded, that holds a typed secret key or a token, or that is a known key of the store
- * (looked up by digest), is replaced by `[redacted]`; the result is capped.
+ * (looked up by digest), is replaced by `[redacted]`, and so is a run of up to four segments that
+ * is a known key holding `/`. The result is capped, and nothing past the cap is looked at: the cost
+ * is bounded whatever the path's length.
  */
 export function createPathRedactor(options: PathRedactorOptions = {}): (path: string) => string {
   const { keyStore } = options;
   const maxLength = options.maxLength ?? 200;
-  const redactSegment = (segment: string): string => {
+  const isKnown = (value: string): boolean => {
+    if (keyStore === undefined) return false;
+    const decoded = decodedSegment(value);
+    try {
+      return isKnownKey(keyStore, decoded) || (decoded !== value && isKnownKey(keyStore, value));
+    } catch {
+      // A store that cannot answer: the value may be a key, and a log line must never throw.
+      return true;
+    }
+  };
+  const isSecret = (segment: string): boolean => {
     const decoded = decodedSegment(segment);
-    const secret =
-      SECRET_PREFIX.test(decoded) ||
-      containsTokenLike(decoded) ||
-      (keyStore !== undefined && (isKnownKey(keyStore, decoded) || isKnownKey(keyStore, segment)));
-    return secret ? REDACTED : segment;
+    return SECRET_PREFIX.test(decoded) || containsTokenLike(decoded) || isKnown(segment);
+  };
+  /** Segments after `start` that, joined to it with `/`, make a known key; 0 when none do. */
+  const knownRunAfter = (segments: readonly string[], start: number): number => {
+    if (keyStore === undefined) return 0;
+    let run = segments[start] ?? '';
+    const last = Math.min(segments.length - 1, start + MAX_SEGMENTS_PER_KEY - 1);
+    for (let end = start + 1; end <= last; end++) {
+      run = `${run}/${segments[end] ?? ''}`;
+      if (run.length > KEY_MAX_LENGTH) return 0;
+      if (run.length >= KEY_MIN_LENGTH && isKnown(run)) return end - start;
+    }
+    return 0;
   };
   return function redactPath(path) {
-    const redacted = path.split('/').map(redactSegment).join('/');
+    const segments = path.split('/');
+    let redacted = '';
+    for (let i = 0; i < segments.length && redacted.length <= maxLength; i++) {
+      const segment = segments[i] ?? '';
+      const joined = knownRunAfter(segments, i);
+      const secret = joined > 0 || isSecret(segment);
+      redacted += `${i === 0 ? '' : '/'}${secret ? REDACTED : segment}`;
+      i += joined;
+    }
     return redacted.length > maxLength ? `${redacted.slice(0, maxLength)}…` : redacted;
   };
 }

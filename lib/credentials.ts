@@ -44,7 +44,7 @@ export interface AuthenticateOptions {
    * The failed-authentication budget (`createAuthFailureLimiter()`): the credential is compared
    * under it, so a spent budget refuses even the right credential. Defaults to none.
    */
-  authFailures?: Pick<AuthFailureLimiter, 'attempt'>;
+  authFailures?: Pick<AuthFailureLimiter, 'queueAttempt'>;
 }
 
 const BEARER_PATTERN = /^bearer ([\x21-\x7e]+)$/i;
@@ -127,9 +127,19 @@ export function authenticate(options: AuthenticateOptions): RequestHandler {
   const resolve = (req: Request): AuthContext => resolveCredential(req, config);
   const { authFailures } = config;
   return function authenticateMiddleware(req, _res, next) {
+    if (authFailures !== undefined) {
+      authFailures.queueAttempt(
+        req,
+        () => resolve(req),
+        (error, auth) => {
+          if (auth !== undefined) req.auth = auth;
+          next(error);
+        },
+      );
+      return;
+    }
     try {
-      req.auth =
-        authFailures === undefined ? resolve(req) : authFailures.attempt(req, () => resolve(req));
+      req.auth = resolve(req);
     } catch (error) {
       next(error);
       return;
@@ -221,10 +231,14 @@ function authenticateSecretKey(secret: string, req: Request, config: ResolvedOpt
  */
 function authenticateTokenOrKey(value: string, req: Request, config: ResolvedOptions): AuthContext {
   if (!config.accept.has('token')) {
-    if (usable(config.keyStore.findBySecretKey(value)) === undefined) {
-      throw new AuthenticationError('credential_not_allowed', config.acceptedMessage);
+    if (usable(config.keyStore.findBySecretKey(value)) !== undefined) {
+      return authenticateSecretKey(value, req, config);
     }
-    return authenticateSecretKey(value, req, config);
+    // A guess of the token shape is a wrong credential like any other (counted, contract 14.1);
+    // only a real token is told that this route does not take tokens.
+    if (config.tokens === undefined) throw new AuthenticationError('invalid_api_key');
+    config.tokens.verify(value);
+    throw new AuthenticationError('credential_not_allowed', config.acceptedMessage);
   }
   try {
     return authenticateToken(value, config);

@@ -87,10 +87,10 @@ export class KeyRing implements KeyStore {
  * to load leaves the keys in force unchanged, so a bad edit never locks everyone out.
  */
 export class FileKeyStore implements KeyStore {
-  /** The reload reading the file now, settled (never rejects); `undefined` when none is. */
-  private running: Promise<void> | undefined;
-  /** The one reload scheduled to run after it. */
-  private queued: Promise<number> | undefined;
+  /** The last reload scheduled, settled (never rejects): the next one starts after it. */
+  private tail: Promise<unknown> = Promise.resolve();
+  /** The reload scheduled and not yet reading the file, which calls until it starts share. */
+  private waiting: Promise<number> | undefined;
 
   private constructor(
     readonly path: string,
@@ -104,38 +104,29 @@ export class FileKeyStore implements KeyStore {
 
   /**
    * Re-reads the file and resolves with the number of keys now in force. Reloads are serialised
-   * and coalesced (contract 14.2): a call during a reload schedules exactly one more, which reads
-   * the file as it is when it starts, so the file read last is the one in force, and a storm of
-   * calls costs at most two reads. On failure the previous keys stay in force and it rejects.
+   * and coalesced (contract 14.2): one chain of reads, one after the other; a call while a read
+   * is running schedules exactly one more, which reads the file as it is when it starts, so the
+   * file read last is the one in force, and a storm of calls costs at most two reads. On failure
+   * the previous keys stay in force and it rejects.
    */
   reload(): Promise<number> {
-    if (this.running === undefined) return this.readNow();
-    this.queued ??= this.running.then(() => {
-      this.queued = undefined;
-      return this.readNow();
-    });
-    return this.queued;
+    this.waiting ??= this.scheduleRead();
+    return this.waiting;
   }
 
-  private readNow(): Promise<number> {
-    const read = readKeyRing(this.path).then((ring) => {
-      this.ring = ring;
-      return ring.records.length;
-    });
-    const running: Promise<void> = read.then(
-      () => {
-        this.finished(running);
-      },
-      () => {
-        this.finished(running);
-      },
-    );
-    this.running = running;
+  private scheduleRead(): Promise<number> {
+    const read = this.tail
+      .then(() => {
+        // From now on the file may change unseen by this read: a new call schedules another.
+        this.waiting = undefined;
+        return readKeyRing(this.path);
+      })
+      .then((ring) => {
+        this.ring = ring;
+        return ring.records.length;
+      });
+    this.tail = read.catch(() => undefined);
     return read;
-  }
-
-  private finished(run: Promise<void>): void {
-    if (this.running === run) this.running = undefined;
   }
 
   findBySecretKey(secretKey: string): KeyRecord | undefined {

@@ -26,7 +26,7 @@ export interface KeyPairOptions {
    * The failed-authentication budget (`createAuthFailureLimiter()`): the pair is compared under
    * it, so a spent budget refuses even the right pair. Defaults to none.
    */
-  authFailures?: Pick<AuthFailureLimiter, 'attempt'>;
+  authFailures?: Pick<AuthFailureLimiter, 'queueAttempt'>;
 }
 
 /**
@@ -66,9 +66,19 @@ export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
     return contextOf(key, 'secret');
   };
   return function authenticateKeyPairMiddleware(req, _res, next) {
+    if (authFailures !== undefined) {
+      authFailures.queueAttempt(
+        req,
+        () => compare(req),
+        (error, auth) => {
+          if (auth !== undefined) req.auth = auth;
+          next(error);
+        },
+      );
+      return;
+    }
     try {
-      req.auth =
-        authFailures === undefined ? compare(req) : authFailures.attempt(req, () => compare(req));
+      req.auth = compare(req);
     } catch (error) {
       next(error);
       return;

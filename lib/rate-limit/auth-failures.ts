@@ -14,8 +14,9 @@ import { createScopeStore } from './scope-store';
  * is compared (`attempt()`), in this instance's memory: requests that arrive together (held-back
  * bodies, pipelining) cannot all pass the check before any of them is counted. A success costs
  * nothing. With a shared Redis each failure is told to Redis afterwards, so the failures of every
- * instance count together: an instance that has not yet seen another's block learns it at the IP's
- * next failure there (one more compared credential per instance and window, at most).
+ * instance count together, and until Redis has answered, the IP's next attempt on this instance
+ * waits (`queueAttempt()`): an instance compares a credential only knowing every failure it told
+ * Redis before, so N instances compare at most N - 1 more than the limit per IP and window.
  *
  * Mount `guard` before the body is read (a cheap early refusal), pass the limiter to
  * `authenticate()` / `authenticateKeyPair()` (option `authFailures`), and mount `recordFailure` as
@@ -31,7 +32,10 @@ export interface AuthFailureLimiterOptions {
   /** Defaults to `tollgate:rl:`; `auth-failures:` is appended. */
   prefix?: string;
   expectedInstances?: number;
-  /** Client IPs remembered at most; the oldest window goes first. Defaults to 100 000. */
+  /**
+   * Client IPs remembered at most, each for IPs with budget left and for IPs whose budget is spent:
+   * expired windows go first, then the oldest. Defaults to 100 000.
+   */
   maxTrackedIps?: number;
   now?: () => number;
 }
@@ -45,10 +49,17 @@ export interface AuthFailureLimiter {
    * throws a wrong-credential error. Check, comparison and count happen in one synchronous step.
    */
   attempt<T>(req: Request, compare: () => T): T;
+  /**
+   * `attempt()`, run once no failure of the request's IP is still being told to Redis (at once in
+   * memory, and when none is), then `done` with its error or result. Middlewares use this one.
+   */
+  queueAttempt<T>(req: Request, compare: () => T, done: AttemptCallback<T>): void;
   /** Error handler counting failures that `attempt()` did not see (whitelist refusals). */
   readonly recordFailure: ErrorRequestHandler;
   readonly store: ResilientStore;
 }
+
+export type AttemptCallback<T> = (error: unknown, value: T | undefined) => void;
 
 export const DEFAULT_AUTH_FAILURE_LIMIT = 20;
 const DEFAULT_MAX_TRACKED_IPS = 100_000;
@@ -83,8 +94,13 @@ export function createAuthFailureLimiter(
   void store.init({ windowMs } as Parameters<ResilientStore['init']>[0]);
   const shared = options.redis !== undefined;
   const policy = `"${NAME}"; q=${limit}; w=${Math.ceil(windowMs / 1000)}`;
-  // This instance's own count: fixed windows by IP, in insertion order (about reset order).
+  // This instance's own count, by IP: fixed windows with budget left, and the reset time of those
+  // whose budget is spent, kept apart so that a flood of single failures from other IPs cannot
+  // evict a spent one. Both in insertion order, which is about reset order.
   const windows = new Map<string, Window>();
+  const spent = new Map<string, number>();
+  // Failures told to Redis and not yet answered, by IP: the IP's next attempt waits for them.
+  const pending = new Map<string, Promise<void>>();
   // Errors `attempt()` has counted, so that `recordFailure` does not count them again.
   const counted = new WeakSet<GatewayError>();
 
@@ -97,36 +113,67 @@ export function createAuthFailureLimiter(
 
   /** When the IP's budget is spent: the time it resets; `undefined` while some is left. */
   const spentUntil = (key: string): number | undefined => {
-    const at = now();
-    const window = localWindow(key, at);
-    const local = window !== undefined && window.failures >= limit ? window.resetAt : undefined;
+    let local = spent.get(key);
+    if (local !== undefined && local <= now()) {
+      spent.delete(key);
+      local = undefined;
+    }
     const fleet = store.blockedUntil(key);
     if (local === undefined) return fleet;
     return fleet === undefined ? local : Math.max(local, fleet);
   };
 
   const refusal = (until: number): RateLimitedError => {
-    const seconds = retryAfterSeconds(until, windowMs);
+    const seconds = retryAfterSeconds(until, windowMs, now());
     return new RateLimitedError(seconds, {
       'RateLimit-Policy': policy,
       RateLimit: `"${NAME}"; r=0; t=${seconds}`,
     });
   };
 
+  const tellFleet = (key: string): void => {
+    // A failure to tell is the store's to degrade; the wait ends either way (the command timeout
+    // of the kit's Redis client bounds it).
+    const told = store.increment(key).then(
+      () => undefined,
+      () => undefined,
+    );
+    pending.set(key, told);
+    void told.then(() => {
+      if (pending.get(key) === told) pending.delete(key);
+    });
+  };
+
   const count = (key: string): void => {
     const at = now();
-    const window = localWindow(key, at);
-    if (window === undefined) {
-      if (windows.size >= maxTrackedIps) {
-        const oldest = windows.keys().next();
-        if (oldest.done !== true) windows.delete(oldest.value);
-      }
-      windows.set(key, { failures: 1, resetAt: at + windowMs });
-    } else {
-      window.failures += 1;
+    const window = localWindow(key, at) ?? { failures: 0, resetAt: at + windowMs };
+    window.failures += 1;
+    if (window.failures >= limit) {
+      windows.delete(key);
+      remember(spent, key, window.resetAt, at, (resetAt) => resetAt);
+    } else if (window.failures === 1) {
+      remember(windows, key, window, at, (entry) => entry.resetAt);
     }
-    // Told afterwards, for the other instances; a failure to tell is the store's to degrade.
-    if (shared) void store.increment(key).catch(() => undefined);
+    if (shared) tellFleet(key);
+  };
+
+  /** Sets `key` in `map`, making room first: expired entries, then the oldest if still full. */
+  const remember = <V>(
+    map: Map<string, V>,
+    key: string,
+    value: V,
+    at: number,
+    resetOf: (value: V) => number,
+  ): void => {
+    for (const [oldest, entry] of map) {
+      if (map.size < maxTrackedIps || resetOf(entry) > at) break;
+      map.delete(oldest);
+    }
+    if (map.size >= maxTrackedIps) {
+      const oldest = map.keys().next();
+      if (oldest.done !== true) map.delete(oldest.value);
+    }
+    map.set(key, value);
   };
 
   const guard: RequestHandler = function authFailureGuard(req, _res, next) {
@@ -149,6 +196,24 @@ export function createAuthFailureLimiter(
     }
   };
 
+  const queueAttempt = <T>(req: Request, compare: () => T, done: AttemptCallback<T>): void => {
+    const waiting = pending.get(keyOf(req));
+    if (waiting !== undefined) {
+      void waiting.then(() => {
+        queueAttempt(req, compare, done);
+      });
+      return;
+    }
+    let value: T;
+    try {
+      value = attempt(req, compare);
+    } catch (error) {
+      done(error, undefined);
+      return;
+    }
+    done(undefined, value);
+  };
+
   const recordFailure: ErrorRequestHandler = function recordAuthFailure(error, req, _res, next) {
     if (countsAsFailure(error) && !counted.has(error)) {
       counted.add(error);
@@ -157,7 +222,7 @@ export function createAuthFailureLimiter(
     next(error);
   };
 
-  return { guard, attempt, recordFailure, store };
+  return { guard, attempt, queueAttempt, recordFailure, store };
 }
 
 function keyOf(req: Request): string {

@@ -488,6 +488,47 @@ for (const mode of MODES) {
     );
 
     it(
+      'keeps two instances within the budget plus one when the second gets 60 guesses pipelined before Redis answers (right key 51st)',
+      async () => {
+        const fixtures = createFixtures();
+        const redisPrefix = uniquePrefix('auth-budget-fleet-pipelined');
+        const first = await start({ fixtures, redisPrefix });
+        const second = await start({ fixtures, redisPrefix });
+        const ip = from(8);
+        const spentOnFirst = BUDGET / 2;
+        for (let i = 0; i < spentOnFirst; i++) {
+          const wrong = await first.send({
+            path: WALLETS,
+            headers: bearer(generateKey('secret', 'test')),
+            from: ip,
+          });
+          expect(wrong.status).toBe(401);
+        }
+        await waitUntil(async () => (await failuresInRedis(redisPrefix, ip)) >= spentOnFirst, 2000);
+
+        const right = fixtures.keys.admin.secretKey;
+        const heads = guesses(60, 51, right).map((secret, i) =>
+          requestHead('GET', WALLETS, bearer(secret), i < 59),
+        );
+        const answers = await pipelined(second.port, ip, heads);
+
+        // Both instances together compare at most the budget and one more (contract 14.1).
+        const compared = answers.filter(({ status }) => status === 401).length;
+        expect({ rightKey: answers[50]?.status, compared }).toEqual({
+          rightKey: 429,
+          compared: expect.any(Number) as unknown,
+        });
+        expect(spentOnFirst + compared).toBeLessThanOrEqual(BUDGET + 1);
+        expect(spentOnFirst + compared).toBeGreaterThanOrEqual(BUDGET);
+        expectRateLimited(answers[50]);
+        expectUpstreamUntouched(first);
+        expectUpstreamUntouched(second);
+        expectCountedWhereExpected(second);
+      },
+      TEST_TIMEOUT_MS,
+    );
+
+    it(
       'sends Redis nothing but the scope limit for a right key, even after some failures',
       async () => {
         if (connection === undefined) throw new Error('no Redis');

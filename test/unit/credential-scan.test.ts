@@ -75,21 +75,60 @@ describe('createPathRedactor', () => {
     expect(redact(`/api/v1/${unknownOpaque}`)).toBe(`/api/v1/${unknownOpaque}`);
   });
 
+  it('redacts a known key holding `/`, sent raw across two segments, as one run', () => {
+    expect(keys.foreign.secretKey).toContain('/');
+    expect(redact(`/api/v1/${keys.foreign.secretKey}/status`)).toBe(`/api/v1/${REDACTED}/status`);
+    expect(redact(`/${keys.foreign.secretKey}`)).toBe(`/${REDACTED}`);
+  });
+
+  it('keeps runs of segments that are no known key', () => {
+    expect(redact('/legacy.secret/0123456789+ABCDEX=/status')).toBe(
+      '/legacy.secret/0123456789+ABCDEX=/status',
+    );
+  });
+
+  it('looks at nothing past the cap: a key beyond it is cut, not logged', () => {
+    const path = `/${'a/'.repeat(150)}${keys.admin.secretKey}`;
+    const logged = redact(path);
+    expect(logged).toHaveLength(201);
+    expect(logged).not.toContain(keys.admin.secretKey.slice(0, 12));
+  });
+
+  it('redacts, and never throws, when the key store cannot answer', () => {
+    const failing = createPathRedactor({
+      keyStore: {
+        findBySecretKey: () => {
+          throw new Error('store down');
+        },
+        findByPublishableKey: () => undefined,
+        findByKeyPair: () => undefined,
+        findById: () => undefined,
+      },
+    });
+    const logged = failing('/api/v1/opaque-value-0123456789abcdef');
+    expect(logged).toContain(REDACTED);
+    expect(logged).not.toContain('opaque-value');
+    // Too short to be a key: nothing to ask the store.
+    expect(failing('/healthz')).toBe('/healthz');
+  });
+
   it('caps the result', () => {
     expect(redact(`/${'a'.repeat(500)}`)).toHaveLength(201);
   });
 });
 
-/** The median over `runs` samples of the time of `batch` calls of `fn`, in ms. */
-function medianMs(fn: () => unknown, runs = 9, batch = 10): number {
-  const times: number[] = [];
+/**
+ * The fastest of `runs` samples of the time of `batch` calls of `fn`, in ms: on a shared, noisy
+ * machine the fastest sample is the one least disturbed by others (and by garbage collection).
+ */
+function fastestMs(fn: () => unknown, runs = 11, batch = 10): number {
+  let fastest = Number.POSITIVE_INFINITY;
   for (let i = 0; i < runs; i++) {
     const started = process.hrtime.bigint();
     for (let j = 0; j < batch; j++) fn();
-    times.push(Number(process.hrtime.bigint() - started) / 1e6);
+    fastest = Math.min(fastest, Number(process.hrtime.bigint() - started) / 1e6);
   }
-  times.sort((a, b) => a - b);
-  return times[Math.floor(runs / 2)] ?? 0;
+  return fastest;
 }
 
 describe('scan cost grows linearly with the input', () => {
@@ -116,9 +155,9 @@ describe('scan cost grows linearly with the input', () => {
         scan(large);
       }
       const ratio =
-        medianMs(() => scan(large)) /
+        fastestMs(() => scan(large)) /
         Math.max(
-          medianMs(() => scan(small)),
+          fastestMs(() => scan(small)),
           0.001,
         );
       expect(ratio).toBeLessThanOrEqual(6);

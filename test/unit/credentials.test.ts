@@ -1,13 +1,21 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Request } from 'express';
+import type { Request, Response } from 'express';
 import {
+  authenticate,
   DEFAULT_PUBLIC_KEY_HEADER,
   type PresentedCredential,
   presentedCredential,
 } from '../../lib/credentials';
-import { AuthenticationError, GatewayError, InvalidRequestError } from '../../lib/errors';
+import {
+  AuthenticationError,
+  GatewayError,
+  InvalidRequestError,
+  RateLimitedError,
+} from '../../lib/errors';
 import { generateKey } from '../../lib/key-format';
-import { MAX_TOKEN_LENGTH } from '../../lib/tokens';
+import { createAuthFailureLimiter } from '../../lib/rate-limit/auth-failures';
+import { MAX_TOKEN_LENGTH, TokenService } from '../../lib/tokens';
+import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 
 const HEADER = DEFAULT_PUBLIC_KEY_HEADER;
 const SECRET = generateKey('secret');
@@ -256,5 +264,46 @@ describe('presentedCredential refuses', () => {
       authorization: `Bearer ${SECRET}`,
     };
     expect(refusal(req)).toMatchObject({ status: 401, code: 'missing_credentials' });
+  });
+});
+
+describe('authenticate() on a route that takes secret keys only', () => {
+  const { keys, ring } = createFixtures();
+  const tokens = new TokenService({ secret: TOKEN_SECRET, ttlSeconds: 600 });
+
+  /** Runs the middleware on a request with `Authorization: Bearer <value>`; the error it passes on. */
+  function run(
+    middleware: ReturnType<typeof authenticate>,
+    value: string,
+  ): { error: unknown; req: Request } {
+    const req = fakeRequest({ authorization: `Bearer ${value}` });
+    Object.assign(req, { clientIp: '203.0.113.9' });
+    let passed: unknown = 'next was not called';
+    middleware(req, {} as unknown as Response, (error?: unknown) => {
+      passed = error;
+    });
+    return { error: passed, req };
+  }
+
+  it('counts an unknown value of the token shape as a wrong key (contract 14.1), a real token is refused as not allowed', () => {
+    const authFailures = createAuthFailureLimiter({ limit: 2 });
+    const middleware = authenticate({ keyStore: ring, accept: ['secret'], tokens, authFailures });
+    const real = tokens.issue({
+      id: keys.level2.id,
+      accountId: 'acct_open',
+      role: 'level-2',
+    }).token;
+
+    const refusedToken = run(middleware, real).error as AuthenticationError;
+    const guesses = [
+      'aaaa.bbbb.cccc-0123456789',
+      'eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.sig-xyz',
+    ].map((guess) => run(middleware, guess).error as GatewayError);
+    const right = run(middleware, keys.level2.secretKey);
+
+    expect(refusedToken.code).toBe('credential_not_allowed');
+    expect(guesses.map((error) => error.status)).toEqual([401, 401]);
+    expect(right.error).toBeInstanceOf(RateLimitedError);
+    expect(right.req.auth).toBeUndefined();
   });
 });
