@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
-import express, { type Express, type Request, type RequestHandler } from 'express';
+import express, { type Express, type RequestHandler } from 'express';
 import {
   authenticate,
   authenticateKeyPair,
@@ -32,6 +32,7 @@ import {
   type LimiterRedis,
   type Logger,
   notFound,
+  type RequestFacts,
   refuseMalformedRequests,
   requestId,
   requireRole,
@@ -107,7 +108,7 @@ export function createExampleApp(options: ExampleAppOptions): ExampleApp {
     name: 'orders',
     limit: options.ordersLimit ?? ORDERS_LIMIT,
   });
-  const onSecurityEvent = (event: SecurityEvent, req: Request): void => {
+  const onSecurityEvent = (event: SecurityEvent, req: RequestFacts): void => {
     logger.warn(
       { ...event, client_ip: req.clientIp, request_id: req.requestId },
       'rotate this secret key',

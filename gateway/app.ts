@@ -1,26 +1,24 @@
-import cors from 'cors';
 import express, { type Express, type RequestHandler } from 'express';
 import {
-  authenticate,
+  clientIp,
+  createPathRedactor,
   DEFAULT_PUBLIC_KEY_HEADER,
+  type KeyStore,
+  type LimiterRedis,
+  type Logger,
+  methodNotAllowed,
+  NotFoundError,
+  notFound,
+  refuseMalformedRequests,
   refuseQueryCredentials,
+  type RequestFacts,
+  requestId,
+  type ScopeDefinition,
   type SecurityEvent,
-} from '../lib/credentials';
-import { createPathRedactor } from '../lib/credential-scan';
-import { errorHandler, methodNotAllowed, notFound } from '../lib/error-handler';
-import { NotFoundError } from '../lib/errors';
-import { requireWhitelistedIp } from '../lib/ip-whitelist';
-import { jsonBody } from '../lib/json-body';
-import type { KeyStore } from '../lib/key-store';
-import { createAuthFailureLimiter } from '../lib/rate-limit/auth-failures';
-import { createRateLimiter, type LimiterRedis, type RateLimiter } from '../lib/rate-limit/limiter';
-import { clientIp, requestId } from '../lib/request-context';
-import { refuseMalformedRequests } from '../lib/request-shape';
-import { requireRole } from '../lib/roles';
-import { authenticateKeyPair, issueToken } from '../lib/token-exchange';
-import type { TokenService } from '../lib/tokens';
-import type { Logger } from '../lib/types';
-import { auditAllowed, auditDenied } from './audit';
+  type TokenService,
+  tollgate,
+} from '../lib';
+import { auditDecision } from './audit';
 import { DEFAULT_LIMITS, type LimitsConfig, type TrustProxy } from './config';
 import { createProxy } from './proxy';
 import { ID_PATTERN, type LimitScope, ROUTES, type RouteSpec } from './routes';
@@ -62,74 +60,7 @@ export function createApp(options: AppOptions): GatewayApp {
   app.set('etag', false);
   app.set('trust proxy', options.trustProxy ?? false);
 
-  const limiterDefaults = {
-    redis: options.redis,
-    prefix: options.redisPrefix,
-    expectedInstances: options.expectedInstances,
-    windowMs: limits.windowMs,
-    logger: {
-      warn: (_error: unknown, message?: string) => {
-        logger.warn({ component: 'rate-limit' }, message);
-      },
-      error: (_error: unknown, message?: string) => {
-        logger.error({ component: 'rate-limit' }, message);
-      },
-    },
-  };
-  const limiters: Record<LimitScope, RateLimiter> = {
-    payments: createRateLimiter({
-      ...limiterDefaults,
-      name: 'payments',
-      limit: limits.payments,
-      key: 'account',
-    }),
-    authenticated: createRateLimiter({
-      ...limiterDefaults,
-      name: 'authenticated',
-      limit: limits.authenticated,
-      key: 'account',
-    }),
-    'checkout-create': createRateLimiter({
-      ...limiterDefaults,
-      name: 'checkout-create',
-      limit: limits.checkoutCreate,
-      key: 'ip',
-    }),
-    'checkout-read': createRateLimiter({
-      ...limiterDefaults,
-      name: 'checkout-read',
-      limit: limits.checkoutRead,
-      key: 'ip',
-    }),
-  };
-  // Contract 8: a browser holding a merchant's publishable key cannot spend the merchant's whole
-  // `payments` budget. Checked first, so a refusal here spends nothing of the account's.
-  const publishablePayments = createRateLimiter({
-    ...limiterDefaults,
-    name: 'payments-publishable',
-    limit: limits.publishablePayments,
-    key: 'ip',
-  });
-  const publishableCap: RequestHandler = function publishablePaymentsCap(req, res, next) {
-    if (req.auth?.credential === 'publishable') {
-      void publishablePayments.middleware(req, res, next);
-    } else {
-      next();
-    }
-  };
-  const authFailures = createAuthFailureLimiter({
-    limit: limits.authFailures,
-    windowMs: limits.windowMs,
-    redis: options.redis,
-    prefix: options.redisPrefix,
-    expectedInstances: options.expectedInstances,
-  });
-  const proxy = createProxy({
-    upstreamUrl: options.upstreamUrl,
-    timeoutMs: options.upstreamTimeoutMs ?? 10_000,
-    publicKeyHeader,
-  });
-  const onSecurityEvent = (event: SecurityEvent, req: express.Request): void => {
+  const onSecurityEvent = (event: SecurityEvent, req: RequestFacts): void => {
     logger.warn(
       {
         event: 'security.leaked_secret_key',
@@ -142,8 +73,34 @@ export function createApp(options: AppOptions): GatewayApp {
       'a secret key was sent where it can leak; rotate it',
     );
   };
-  const rateLimitState = (): 'memory' | 'shared' | 'degraded' =>
-    options.redis === undefined ? 'memory' : options.redis.health.state;
+  const gate = tollgate({
+    keyStore: options.keyStore,
+    tokens: options.tokens,
+    scopes: {
+      payments: { limit: limits.payments, per: 'account' },
+      authenticated: { limit: limits.authenticated, per: 'account' },
+      'checkout-create': { limit: limits.checkoutCreate, per: 'ip' },
+      'checkout-read': { limit: limits.checkoutRead, per: 'ip' },
+      // Contract 8: a browser holding a merchant's publishable key cannot spend the merchant's
+      // whole `payments` budget.
+      'payments-publishable': { limit: limits.publishablePayments, per: 'ip' },
+    } satisfies Record<LimitScope | 'payments-publishable', ScopeDefinition>,
+    windowMs: limits.windowMs,
+    authFailureLimit: limits.authFailures,
+    redis: options.redis,
+    redisPrefix: options.redisPrefix,
+    expectedInstances: options.expectedInstances,
+    publicKeyHeader,
+    onSecurityEvent,
+    onDecision: auditDecision(logger),
+    logger,
+  });
+  const proxy = createProxy({
+    upstreamUrl: options.upstreamUrl,
+    timeoutMs: options.upstreamTimeoutMs ?? 10_000,
+    publicKeyHeader,
+  });
+  const rateLimitState = (): 'memory' | 'shared' | 'degraded' => gate.rateLimitState();
 
   app.use(
     requestId(),
@@ -158,16 +115,7 @@ export function createApp(options: AppOptions): GatewayApp {
   // without credentials mode (keys travel in a header, never in cookies).
   const browserCors = new Map<string, RequestHandler>();
   for (const [path, methods] of allowedMethods(ROUTES.filter(acceptsPublishableKey))) {
-    browserCors.set(
-      path,
-      cors({
-        origin: '*',
-        methods,
-        allowedHeaders: ['Content-Type', publicKeyHeader],
-        exposedHeaders: ['RateLimit', 'RateLimit-Policy', 'Retry-After', 'X-Request-Id'],
-        maxAge: 600,
-      }),
-    );
+    browserCors.set(path, gate.cors({ methods }));
   }
 
   const router = express.Router({ caseSensitive: true, strict: false });
@@ -175,35 +123,29 @@ export function createApp(options: AppOptions): GatewayApp {
     next(ID_PATTERN.test(value) ? undefined : new NotFoundError());
   });
   for (const route of ROUTES) {
-    const auth: RequestHandler[] =
+    const id = route.path;
+    const handlers: RequestHandler[] =
       route.accept === 'key-pair'
-        ? [authenticateKeyPair({ keyStore: options.keyStore, onSecurityEvent, authFailures })]
+        ? [gate.tokenExchange({ limit: route.scope, id })]
         : [
-            authenticate({
-              keyStore: options.keyStore,
-              tokens: options.tokens,
+            gate.protect({
+              id,
               accept: route.accept,
-              publicKeyHeader,
-              onSecurityEvent,
-              authFailures,
+              role: route.minimumRole,
+              limit: route.scope,
+              publishableLimit:
+                route.scope === 'payments' && acceptsPublishableKey(route)
+                  ? 'payments-publishable'
+                  : undefined,
+              // Every body is read and checked before it is proxied.
+              body: true,
             }),
+            proxy.handler,
           ];
-    const handler =
-      route.accept === 'key-pair' ? issueToken({ tokens: options.tokens }) : proxy.handler;
     router[route.method === 'GET' ? 'get' : 'post'](
       route.path,
       ...optional(browserCors.get(route.path)),
-      authFailures.guard,
-      jsonBody(),
-      ...auth,
-      requireWhitelistedIp(),
-      ...(route.minimumRole === undefined ? [] : [requireRole(route.minimumRole)]),
-      ...(route.scope === 'payments' && acceptsPublishableKey(route) ? [publishableCap] : []),
-      limiters[route.scope].middleware,
-      auditAllowed(logger, route.path),
-      handler,
-      authFailures.recordFailure,
-      auditDenied(logger, route.path),
+      ...handlers,
     );
   }
   router.get('/healthz', (_req, res) => {
@@ -218,13 +160,11 @@ export function createApp(options: AppOptions): GatewayApp {
   router.all('/healthz', methodNotAllowed(['GET']));
   app.use(router);
   app.use(notFound());
-  app.use(errorHandler({ logger }));
+  app.use(gate.errorHandler());
 
   return Object.assign(app, {
     shutdown: () => {
-      for (const limiter of [...Object.values(limiters), publishablePayments])
-        limiter.store.shutdown();
-      authFailures.store.shutdown();
+      gate.close();
       proxy.close();
     },
     rateLimitState,

@@ -1,4 +1,5 @@
-import type { Request, RequestHandler } from 'express';
+import type { RequestHandler } from 'express';
+import type { RequestFacts } from './core/facts';
 import { containsSecretOrToken } from './credential-scan';
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
 import { isPlausibleKey, keyPrefixType, keyShape } from './key-format';
@@ -39,7 +40,7 @@ export interface AuthenticateOptions {
    */
   refuseSecretKeysFromBrowsers?: boolean;
   /** Called for security events; a secret key is never passed, only its key id. */
-  onSecurityEvent?: (event: SecurityEvent, req: Request) => void;
+  onSecurityEvent?: (event: SecurityEvent, req: RequestFacts) => void;
   /**
    * The failed-authentication budget (`createAuthFailureLimiter()`): the credential is compared
    * under it, so a spent budget refuses even the right credential. Defaults to none.
@@ -65,7 +66,10 @@ export type PresentedCredential =
  * Finds the one credential a request carries. Pure apart from reading `req`; throws
  * `InvalidRequestError` for ambiguity and `AuthenticationError` for absence or a bad shape.
  */
-export function presentedCredential(req: Request, publicKeyHeader: string): PresentedCredential {
+export function presentedCredential(
+  req: RequestFacts,
+  publicKeyHeader: string,
+): PresentedCredential {
   const authorization = singleHeader(req, 'authorization');
   const headerKey = singleHeader(req, publicKeyHeader);
   const bodyKey = bodyPublicKey(req.body);
@@ -90,8 +94,8 @@ export function presentedCredential(req: Request, publicKeyHeader: string): Pres
 }
 
 /** True when the request carries a header only browsers send: `Origin` or any `Sec-Fetch-*`. */
-export function hasBrowserSignals(req: Request): boolean {
-  return BROWSER_SIGNALS.some((name) => req.headers[name] !== undefined);
+export function hasBrowserSignals(req: Pick<RequestFacts, 'headersDistinct'>): boolean {
+  return BROWSER_SIGNALS.some((name) => req.headersDistinct[name] !== undefined);
 }
 
 /**
@@ -100,7 +104,7 @@ export function hasBrowserSignals(req: Request): boolean {
  */
 const BROWSER_SIGNALS = ['origin', 'sec-fetch-site', 'sec-fetch-dest', 'sec-fetch-user'] as const;
 
-function singleHeader(req: Request, name: string): string | undefined {
+function singleHeader(req: RequestFacts, name: string): string | undefined {
   const values = req.headersDistinct[name.toLowerCase()];
   if (values === undefined || values.length === 0) return undefined;
   if (values.length > 1) throw new InvalidRequestError(`Send the ${name} header once`);
@@ -123,9 +127,8 @@ function bodyPublicKey(body: unknown): string | undefined {
  * check to the comparison and its count.
  */
 export function authenticate(options: AuthenticateOptions): RequestHandler {
-  const config = resolveOptions(options);
-  const resolve = (req: Request): AuthContext => resolveCredential(req, config);
-  const { authFailures } = config;
+  const resolve = credentialResolver(options);
+  const { authFailures } = options;
   return function authenticateMiddleware(req, _res, next) {
     if (authFailures !== undefined) {
       authFailures.queueAttempt(
@@ -148,7 +151,19 @@ export function authenticate(options: AuthenticateOptions): RequestHandler {
   };
 }
 
-function resolveCredential(req: Request, config: ResolvedOptions): AuthContext {
+/**
+ * The credential check of `authenticate()` without Express or the failure budget: finds the
+ * request's one credential, checks that the route accepts its kind, and resolves it to the key's
+ * identity, or throws the contract's error. Options are validated once, here.
+ */
+export function credentialResolver(
+  options: Omit<AuthenticateOptions, 'authFailures'>,
+): (req: RequestFacts) => AuthContext {
+  const config = resolveOptions(options);
+  return (req) => resolveCredential(req, config);
+}
+
+function resolveCredential(req: RequestFacts, config: ResolvedOptions): AuthContext {
   const credential = presentedCredential(req, config.publicKeyHeader);
   // A token-shaped value may still be a dotted secret key: a secret-key route looks it up.
   const acceptable =
@@ -172,10 +187,9 @@ type ResolvedOptions = Omit<Required<AuthenticateOptions>, 'accept' | 'tokens' |
   accept: ReadonlySet<CredentialKind>;
   acceptedMessage: string;
   tokens: TokenService | undefined;
-  authFailures: AuthenticateOptions['authFailures'];
 };
 
-function resolveOptions(options: AuthenticateOptions): ResolvedOptions {
+function resolveOptions(options: Omit<AuthenticateOptions, 'authFailures'>): ResolvedOptions {
   const accept = new Set(options.accept);
   if (accept.size === 0 || [...accept].some((kind) => !CREDENTIAL_KINDS.includes(kind))) {
     throw new ConfigurationError(
@@ -204,11 +218,14 @@ function resolveOptions(options: AuthenticateOptions): ResolvedOptions {
     publicKeyHeader,
     refuseSecretKeysFromBrowsers: options.refuseSecretKeysFromBrowsers ?? true,
     onSecurityEvent: options.onSecurityEvent ?? (() => undefined),
-    authFailures: options.authFailures,
   };
 }
 
-function authenticateSecretKey(secret: string, req: Request, config: ResolvedOptions): AuthContext {
+function authenticateSecretKey(
+  secret: string,
+  req: RequestFacts,
+  config: ResolvedOptions,
+): AuthContext {
   if (!isPlausibleKey(secret) || keyPrefixType(secret) === 'publishable') {
     throw new AuthenticationError('invalid_api_key');
   }
@@ -229,7 +246,11 @@ function authenticateSecretKey(secret: string, req: Request, config: ResolvedOpt
  * another tool that happens to contain two dots (the contract: any key whose digest is in the file
  * authenticates, whatever its shape). Only then is it looked up as a secret key.
  */
-function authenticateTokenOrKey(value: string, req: Request, config: ResolvedOptions): AuthContext {
+function authenticateTokenOrKey(
+  value: string,
+  req: RequestFacts,
+  config: ResolvedOptions,
+): AuthContext {
   if (!config.accept.has('token')) {
     if (usable(config.keyStore.findBySecretKey(value)) !== undefined) {
       return authenticateSecretKey(value, req, config);
@@ -265,7 +286,7 @@ function authenticateToken(token: string, config: ResolvedOptions): AuthContext 
 
 function authenticatePublishableKey(
   value: string,
-  req: Request,
+  req: RequestFacts,
   config: ResolvedOptions,
 ): AuthContext {
   if (!isPlausibleKey(value)) throw new AuthenticationError('invalid_api_key');
@@ -280,7 +301,7 @@ function authenticatePublishableKey(
 }
 
 /** Reports `value` as a leaked secret key when it is one (sent as a publishable key). */
-function reportLeakedSecretKey(value: string, req: Request, config: ResolvedOptions): void {
+function reportLeakedSecretKey(value: string, req: RequestFacts, config: ResolvedOptions): void {
   if (!isPlausibleKey(value)) return;
   const leakedKey = config.keyStore.findBySecretKey(value);
   if (leakedKey !== undefined)
@@ -326,7 +347,7 @@ export interface QueryCredentialOptions {
   /** Looks up refused values, to report a secret key sent in a URL as leaked. */
   keyStore?: KeyStore;
   /** Called when a refused value is a known secret key; receives the key id, never the secret. */
-  onSecurityEvent?: (event: SecurityEvent, req: Request) => void;
+  onSecurityEvent?: (event: SecurityEvent, req: RequestFacts) => void;
 }
 
 /**
@@ -336,7 +357,7 @@ export interface QueryCredentialOptions {
  */
 export function refuseQueryCredentials(options: QueryCredentialOptions = {}): RequestHandler {
   const { keyStore, onSecurityEvent } = options;
-  const report = (refused: readonly string[], req: Request): void => {
+  const report = (refused: readonly string[], req: RequestFacts): void => {
     if (keyStore === undefined || onSecurityEvent === undefined) return;
     for (const value of refused) {
       const key = isPlausibleKey(value) ? keyStore.findBySecretKey(value) : undefined;

@@ -1,4 +1,5 @@
 export type { AuthContext, CredentialKind, Logger } from './types';
+export type { RequestFacts } from './core/facts';
 export { CREDENTIAL_KINDS } from './types';
 export * from './errors';
 export {
@@ -102,3 +103,22 @@ export {
   type LimiterRedisOptions,
   type LimiterRedisConnection,
 } from './rate-limit/redis-client';
+export {
+  createGate,
+  type Gate,
+  type GateOptions,
+  type RoutePolicy,
+  type CompiledPolicy,
+  type Decision,
+  type DecisionEvent,
+  type Scopes,
+} from './core/gate';
+export { ScopeCounter, type ScopeDefinition, type ScopeKey, type HeaderPair } from './core/limits';
+export {
+  tollgate,
+  type Tollgate,
+  type TollgateOptions,
+  type ProtectOptions,
+  type TokenExchangeOptions,
+  type BrowserCorsOptions,
+} from './express/tollgate';

@@ -1,4 +1,5 @@
-import type { Request, RequestHandler } from 'express';
+import type { RequestHandler } from 'express';
+import type { RequestFacts } from './core/facts';
 import { contextOf, hasBrowserSignals, leaked, type SecurityEvent } from './credentials';
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
 import { isPlausibleKey } from './key-format';
@@ -21,7 +22,7 @@ export interface KeyPairOptions {
    */
   refuseSecretKeysFromBrowsers?: boolean;
   /** Called for security events (a secret key seen in a browser); receives the key id only. */
-  onSecurityEvent?: (event: SecurityEvent, req: Request) => void;
+  onSecurityEvent?: (event: SecurityEvent, req: RequestFacts) => void;
   /**
    * The failed-authentication budget (`createAuthFailureLimiter()`): the pair is compared under
    * it, so a spent budget refuses even the right pair. Defaults to none.
@@ -30,19 +31,19 @@ export interface KeyPairOptions {
 }
 
 /**
- * Reads `{"api_key", "api_secret"}` (a JSON object with two non-empty strings, else 400) and sets
- * `req.auth` from the key pair. A wrong pair, an unknown or a revoked key: the same 401
- * `invalid_credentials`, in the same time. Mount a JSON body parser before it. Synchronous from the
- * budget check to the comparison and its count.
+ * The key-pair check of `authenticateKeyPair()` without Express or the failure budget: reads the
+ * pair from the parsed body and resolves it to the key's identity, or throws the contract's error.
  */
-export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
+export function keyPairResolver(
+  options: Omit<KeyPairOptions, 'authFailures'>,
+): (req: RequestFacts) => AuthContext {
   if (typeof options.keyStore !== 'object') {
     throw new ConfigurationError('authenticateKeyPair(): keyStore is required');
   }
-  const { keyStore, authFailures } = options;
+  const { keyStore } = options;
   const refuseFromBrowsers = options.refuseSecretKeysFromBrowsers ?? true;
   const onSecurityEvent = options.onSecurityEvent ?? (() => undefined);
-  const compare = (req: Request): AuthContext => {
+  return (req) => {
     const { apiKey, apiSecret } = readKeyPair(req.body);
     if (req.headersDistinct.authorization !== undefined) {
       throw new InvalidRequestError(
@@ -65,6 +66,17 @@ export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
     }
     return contextOf(key, 'secret');
   };
+}
+
+/**
+ * Reads `{"api_key", "api_secret"}` (a JSON object with two non-empty strings, else 400) and sets
+ * `req.auth` from the key pair. A wrong pair, an unknown or a revoked key: the same 401
+ * `invalid_credentials`, in the same time. Mount a JSON body parser before it. Synchronous from the
+ * budget check to the comparison and its count.
+ */
+export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
+  const compare = keyPairResolver(options);
+  const { authFailures } = options;
   return function authenticateKeyPairMiddleware(req, _res, next) {
     if (authFailures !== undefined) {
       authFailures.queueAttempt(

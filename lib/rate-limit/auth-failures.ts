@@ -1,4 +1,4 @@
-import type { ErrorRequestHandler, Request, RequestHandler } from 'express';
+import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { ipKeyGenerator } from 'express-rate-limit';
 import { ConfigurationError, GatewayError, RateLimitedError } from '../errors';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './limiter';
@@ -43,20 +43,33 @@ export interface AuthFailureLimiterOptions {
 export interface AuthFailureLimiter {
   /** Refuses (429) a request from an IP whose budget is spent, before anything is read. */
   readonly guard: RequestHandler;
+  /** The refusal `guard` would pass on for this client now, or `undefined`. */
+  refusalFor(req: BudgetClient): RateLimitedError | undefined;
   /**
    * Runs `compare`, a synchronous credential check, under the request's IP budget: refuses with
    * `RateLimitedError` without calling it when the budget is spent, and counts a failure when it
    * throws a wrong-credential error. Check, comparison and count happen in one synchronous step.
    */
-  attempt<T>(req: Request, compare: () => T): T;
+  attempt<T>(req: BudgetClient, compare: () => T): T;
   /**
    * `attempt()`, run once no failure of the request's IP is still being told to Redis (at once in
    * memory, and when none is), then `done` with its error or result. Middlewares use this one.
    */
-  queueAttempt<T>(req: Request, compare: () => T, done: AttemptCallback<T>): void;
-  /** Error handler counting failures that `attempt()` did not see (whitelist refusals). */
+  queueAttempt<T>(req: BudgetClient, compare: () => T, done: AttemptCallback<T>): void;
+  /**
+   * Counts `error` when it is a failure that `attempt()` did not count (a whitelist refusal);
+   * returns whether it counted.
+   */
+  record(req: BudgetClient, error: unknown): boolean;
+  /** Error handler calling `record()`, for the individual middlewares. */
   readonly recordFailure: ErrorRequestHandler;
   readonly store: ResilientStore;
+}
+
+/** Whose budget: the canonical client address (`clientIp()`), else Express's `req.ip`. */
+export interface BudgetClient {
+  readonly clientIp?: string | undefined;
+  readonly ip?: string | undefined;
 }
 
 export type AttemptCallback<T> = (error: unknown, value: T | undefined) => void;
@@ -176,12 +189,16 @@ export function createAuthFailureLimiter(
     map.set(key, value);
   };
 
-  const guard: RequestHandler = function authFailureGuard(req, _res, next) {
+  const refusalFor = (req: BudgetClient): RateLimitedError | undefined => {
     const until = spentUntil(keyOf(req));
-    next(until === undefined ? undefined : refusal(until));
+    return until === undefined ? undefined : refusal(until);
   };
 
-  const attempt = <T>(req: Request, compare: () => T): T => {
+  const guard: RequestHandler = function authFailureGuard(req, _res, next) {
+    next(refusalFor(req));
+  };
+
+  const attempt = <T>(req: BudgetClient, compare: () => T): T => {
     const key = keyOf(req);
     const until = spentUntil(key);
     if (until !== undefined) throw refusal(until);
@@ -196,7 +213,7 @@ export function createAuthFailureLimiter(
     }
   };
 
-  const queueAttempt = <T>(req: Request, compare: () => T, done: AttemptCallback<T>): void => {
+  const queueAttempt = <T>(req: BudgetClient, compare: () => T, done: AttemptCallback<T>): void => {
     const waiting = pending.get(keyOf(req));
     if (waiting !== undefined) {
       void waiting.then(() => {
@@ -214,18 +231,22 @@ export function createAuthFailureLimiter(
     done(undefined, value);
   };
 
+  const record = (req: BudgetClient, error: unknown): boolean => {
+    if (!countsAsFailure(error) || counted.has(error)) return false;
+    counted.add(error);
+    count(keyOf(req));
+    return true;
+  };
+
   const recordFailure: ErrorRequestHandler = function recordAuthFailure(error, req, _res, next) {
-    if (countsAsFailure(error) && !counted.has(error)) {
-      counted.add(error);
-      count(keyOf(req));
-    }
+    record(req, error);
     next(error);
   };
 
-  return { guard, attempt, queueAttempt, recordFailure, store };
+  return { guard, refusalFor, attempt, queueAttempt, record, recordFailure, store };
 }
 
-function keyOf(req: Request): string {
+function keyOf(req: BudgetClient): string {
   return ipKeyGenerator(req.clientIp ?? req.ip ?? 'unknown', 56);
 }
 

@@ -1,0 +1,20 @@
+/**
+ * What a door knows about a request: the only input of the decision core besides the route's
+ * policy. An Express (4 or 5) or `node:http` request with the kit's `clientIp()` and `requestId()`
+ * applied is one as it is; a forward-auth door builds one from the headers its proxy sends.
+ */
+export interface RequestFacts {
+  readonly method: string;
+  /** The routed path, without the query. */
+  readonly path: string;
+  /** The request target as received, query included (credentials in a query are refused). */
+  readonly originalUrl: string;
+  /** Every value of every header, by lower-case name (Node's `IncomingMessage.headersDistinct`). */
+  readonly headersDistinct: NodeJS.Dict<string[]>;
+  /** The parsed JSON body, for routes that read one (a publishable key or a key pair in it). */
+  readonly body?: unknown;
+  /** The canonical client address (contract 10). */
+  readonly clientIp?: string | undefined;
+  /** For logs and security events. */
+  readonly requestId?: string | undefined;
+}

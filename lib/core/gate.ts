@@ -1,0 +1,354 @@
+import { credentialResolver, credentialsInQuery, leaked, type SecurityEvent } from '../credentials';
+import {
+  ConfigurationError,
+  GatewayError,
+  InsufficientRoleError,
+  InvalidRequestError,
+  IpNotWhitelistedError,
+} from '../errors';
+import { isPlausibleKey } from '../key-format';
+import type { KeyStore } from '../key-store';
+import {
+  type AuthFailureLimiter,
+  createAuthFailureLimiter,
+  DEFAULT_AUTH_FAILURE_LIMIT,
+} from '../rate-limit/auth-failures';
+import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis } from '../rate-limit/limiter';
+import { parseRole, type Role, roleRank } from '../roles';
+import { keyPairResolver } from '../token-exchange';
+import type { TokenService } from '../tokens';
+import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../types';
+import type { RequestFacts } from './facts';
+import { type HeaderPair, ScopeCounter, type ScopeDefinition } from './limits';
+
+/**
+ * The decision core (no Express, no HTTP objects): `decide(facts, policy)` says whether a request
+ * may pass, and with which headers. It owns the order of the checks, so no caller can get it wrong:
+ *
+ * 1. credentials in the query string: `400`;
+ * 2. the failed-authentication budget, checked and counted in the same synchronous step as the
+ *    comparison of the credential (contract 14.1);
+ * 3. the credential, against the key store as it is now (revocations and role changes apply to
+ *    tokens already issued);
+ * 4. the account's IP whitelist (a refusal counts against the budget), then the route's role;
+ * 5. the limits: a publishable key's per-IP cap first (contract 8), then the route's scope.
+ *
+ * A refusal is a decision, not an exception: `decide()` rejects only on a fault (a key store that
+ * throws), which a door reports as `500 internal_error`.
+ */
+
+export type Scopes = Readonly<Record<string, ScopeDefinition>>;
+
+export interface GateOptions<S extends Scopes = Scopes> {
+  /** Where keys are looked up; read on every request, so a reloaded store applies at once. */
+  readonly keyStore: KeyStore;
+  /** Verifies tokens; required by policies that accept `'token'` and by the token exchange. */
+  readonly tokens?: TokenService | undefined;
+  /** The limit scopes, declared once: `{ orders: { limit: 100, per: 'account' } }`. */
+  readonly scopes: S;
+  /** Window of every scope and of the failure budget, in ms. Defaults to 60 000. */
+  readonly windowMs?: number;
+  /** Failed authentications allowed per client IP and window. Defaults to 20. */
+  readonly authFailureLimit?: number;
+  /** Shared counters; without it every limit counts in this process's memory. */
+  readonly redis?: LimiterRedis | undefined;
+  /** Prefix of every Redis key. Defaults to `tollgate:rl:`. */
+  readonly redisPrefix?: string | undefined;
+  /** Instances expected to share the limits, used while Redis is unusable. Defaults to 1. */
+  readonly expectedInstances?: number | undefined;
+  /** Name of the publishable-key header. Defaults to `X-Service-Public-API-Key`. */
+  readonly publicKeyHeader?: string | undefined;
+  /** Refuse secret keys from browsers (`Origin`, `Sec-Fetch-*`). Defaults to `true`. */
+  readonly refuseSecretKeysFromBrowsers?: boolean | undefined;
+  /** A secret key seen where it can leak; receives the key id, never the secret. */
+  readonly onSecurityEvent?: ((event: SecurityEvent, facts: RequestFacts) => void) | undefined;
+  /** Every decision, allowed or refused, for audit logs and metrics. */
+  readonly onDecision?: ((event: DecisionEvent) => void) | undefined;
+}
+
+/** What a route requires. `limit` names one of the gate's scopes. */
+export interface RoutePolicy<Name extends string = string> {
+  /** The credentials the route accepts, or `'key-pair'` for the token exchange. */
+  readonly accept: readonly CredentialKind[] | 'key-pair';
+  /** The lowest role allowed. Defaults to none (every authenticated key). */
+  readonly role?: Role | undefined;
+  /** The scope every allowed request counts against. */
+  readonly limit: Name;
+  /**
+   * A scope that requests made with a publishable key count against first, per client IP, so one
+   * browser cannot spend the account's whole `limit` (contract 8). Defaults to none.
+   */
+  readonly publishableLimit?: Name | undefined;
+  /** Apply the account's IP whitelist to secret keys and tokens. Defaults to `true`. */
+  readonly ipWhitelist?: boolean | undefined;
+  /** A name for logs and metrics. Defaults to the scope's name. */
+  readonly id?: string | undefined;
+}
+
+/** A policy checked against the gate's scopes and compiled once. */
+export interface CompiledPolicy {
+  readonly id: string;
+  readonly readsBody: boolean;
+  /** @internal */
+  readonly resolve: (facts: RequestFacts) => AuthContext;
+  /** @internal */
+  readonly minimumRank: number | undefined;
+  /** @internal */
+  readonly role: Role | undefined;
+  /** @internal */
+  readonly whitelist: boolean;
+  /** @internal */
+  readonly scope: ScopeCounter;
+  /** @internal */
+  readonly publishableScope: ScopeCounter | undefined;
+}
+
+export type Decision =
+  | {
+      readonly allowed: true;
+      readonly auth: AuthContext;
+      readonly headers: readonly HeaderPair[];
+    }
+  | {
+      readonly allowed: false;
+      readonly error: GatewayError;
+      readonly auth: AuthContext | undefined;
+      readonly headers: readonly HeaderPair[];
+    };
+
+export interface DecisionEvent {
+  readonly policy: string;
+  readonly facts: RequestFacts;
+  readonly decision: Decision;
+}
+
+export interface Gate<Name extends string = string> {
+  /** Checks a route's policy against the gate's scopes and options; throws `ConfigurationError`. */
+  policy(policy: RoutePolicy<Name>): CompiledPolicy;
+  decide(facts: RequestFacts, policy: CompiledPolicy): Promise<Decision>;
+  /**
+   * The refusal due before the body is read, when the client's failure budget is spent
+   * (contract 14.1), as a decision (observers see it); `undefined` when `decide()` may run.
+   */
+  refuseEarly(facts: RequestFacts, policy: CompiledPolicy): Decision | undefined;
+  /** Where limits are counted now. */
+  rateLimitState(): 'memory' | 'shared' | 'degraded';
+  /** Stops timers. The Redis connection is the caller's. */
+  close(): void;
+  readonly authFailures: AuthFailureLimiter;
+}
+
+/** Refused with the credential's kinds: which of them the whitelist restricts (the seed). */
+const WHITELISTED_CREDENTIALS: ReadonlySet<CredentialKind> = new Set(['secret', 'token']);
+
+export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyof S & string> {
+  const keyStoreGiven: unknown = options.keyStore;
+  if (typeof keyStoreGiven !== 'object' || keyStoreGiven === null) {
+    throw new ConfigurationError('tollgate: keyStore is required');
+  }
+  const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
+  if (!Number.isInteger(windowMs) || windowMs < 1000) {
+    throw new ConfigurationError('tollgate: windowMs must be a whole number of at least 1000');
+  }
+  const expectedInstances = options.expectedInstances;
+  if (
+    expectedInstances !== undefined &&
+    (!Number.isInteger(expectedInstances) || expectedInstances < 1)
+  ) {
+    throw new ConfigurationError(
+      'tollgate: expectedInstances must be a whole number of at least 1',
+    );
+  }
+  const prefix = options.redisPrefix ?? DEFAULT_PREFIX;
+  const scopes = new Map<string, ScopeCounter>();
+  for (const [name, definition] of Object.entries(options.scopes)) {
+    scopes.set(
+      name,
+      new ScopeCounter({
+        name,
+        definition,
+        windowMs,
+        prefix,
+        redis: options.redis,
+        expectedInstances,
+      }),
+    );
+  }
+  if (scopes.has('auth-failures')) {
+    throw new ConfigurationError(
+      'tollgate: scope name "auth-failures" is the failure budget\'s own',
+    );
+  }
+  const authFailures = createAuthFailureLimiter({
+    limit: options.authFailureLimit ?? DEFAULT_AUTH_FAILURE_LIMIT,
+    windowMs,
+    redis: options.redis,
+    prefix,
+    expectedInstances,
+  });
+  const { keyStore, tokens } = options;
+  const onSecurityEvent = options.onSecurityEvent;
+  const onDecision = options.onDecision;
+
+  const scopeNamed = (name: string | undefined, where: string): ScopeCounter => {
+    const scope = name === undefined ? undefined : scopes.get(name);
+    if (scope === undefined) {
+      throw new ConfigurationError(
+        `${where}: unknown scope ${JSON.stringify(name)}; declared: ${[...scopes.keys()].join(', ') || 'none'}`,
+      );
+    }
+    return scope;
+  };
+
+  const policy = (spec: RoutePolicy<keyof S & string>): CompiledPolicy => {
+    const where = `protect(${JSON.stringify(spec.limit)})`;
+    const scope = scopeNamed(spec.limit, `${where} limit`);
+    const publishableScope =
+      spec.publishableLimit === undefined
+        ? undefined
+        : scopeNamed(spec.publishableLimit, `${where} publishableLimit`);
+    const role = spec.role === undefined ? undefined : parseRole(spec.role, `${where} role`);
+    let resolve: (facts: RequestFacts) => AuthContext;
+    let readsBody: boolean;
+    if (spec.accept === 'key-pair') {
+      resolve = keyPairResolver({
+        keyStore,
+        refuseSecretKeysFromBrowsers: options.refuseSecretKeysFromBrowsers,
+        onSecurityEvent,
+      });
+      readsBody = true;
+    } else {
+      if (!Array.isArray(spec.accept) || spec.accept.length === 0) {
+        throw new ConfigurationError(
+          `${where} accept: name at least one of ${CREDENTIAL_KINDS.join(', ')}`,
+        );
+      }
+      resolve = credentialResolver({
+        keyStore,
+        accept: spec.accept,
+        tokens,
+        publicKeyHeader: options.publicKeyHeader,
+        refuseSecretKeysFromBrowsers: options.refuseSecretKeysFromBrowsers,
+        onSecurityEvent,
+      });
+      readsBody = spec.accept.includes('publishable');
+    }
+    return {
+      id: spec.id ?? spec.limit,
+      readsBody,
+      resolve,
+      role,
+      minimumRank: role === undefined ? undefined : roleRank(role),
+      whitelist: spec.ipWhitelist ?? true,
+      scope,
+      publishableScope,
+    };
+  };
+
+  /** Step 1: a credential in the query string is refused, and reported when it is a known secret. */
+  const refuseQueryCredentials = (facts: RequestFacts): void => {
+    const refused = credentialsInQuery(facts.originalUrl);
+    if (refused.length === 0) return;
+    if (onSecurityEvent !== undefined) {
+      for (const value of refused) {
+        const key = isPlausibleKey(value) ? keyStore.findBySecretKey(value) : undefined;
+        if (key !== undefined) onSecurityEvent(leaked(key, 'sent_in_query_string'), facts);
+      }
+    }
+    throw new InvalidRequestError(
+      'Credentials are never accepted in the query string; send them in the Authorization header',
+    );
+  };
+
+  /** Steps 2 and 3, under the failure budget. */
+  const authenticate = (facts: RequestFacts, compiled: CompiledPolicy): Promise<AuthContext> =>
+    new Promise((resolve, reject) => {
+      authFailures.queueAttempt(
+        facts,
+        () => compiled.resolve(facts),
+        (error, auth) => {
+          if (auth === undefined) reject(error instanceof Error ? error : new Error(String(error)));
+          else resolve(auth);
+        },
+      );
+    });
+
+  /** Step 4. */
+  const authorise = (facts: RequestFacts, compiled: CompiledPolicy, auth: AuthContext): void => {
+    if (
+      compiled.whitelist &&
+      WHITELISTED_CREDENTIALS.has(auth.credential) &&
+      auth.ipWhitelist !== undefined &&
+      !auth.ipWhitelist.allows(facts.clientIp)
+    ) {
+      const refusal = new IpNotWhitelistedError();
+      authFailures.record(facts, refusal);
+      throw refusal;
+    }
+    if (
+      compiled.minimumRank !== undefined &&
+      compiled.role !== undefined &&
+      roleRank(auth.role) < compiled.minimumRank
+    ) {
+      throw new InsufficientRoleError(compiled.role);
+    }
+  };
+
+  const decideNow = async (
+    facts: RequestFacts,
+    compiled: CompiledPolicy,
+    headers: HeaderPair[],
+  ): Promise<Decision> => {
+    let auth: AuthContext | undefined;
+    try {
+      refuseQueryCredentials(facts);
+      auth = await authenticate(facts, compiled);
+      authorise(facts, compiled, auth);
+      // Step 5: the per-IP cap of publishable keys first, so its refusal spends nothing of the account's.
+      const scopesMet =
+        auth.credential === 'publishable' && compiled.publishableScope !== undefined
+          ? [compiled.publishableScope, compiled.scope]
+          : [compiled.scope];
+      for (const scope of scopesMet) {
+        const admission = await scope.admit(auth, facts.clientIp);
+        headers.push(...admission.headers);
+        if (admission.error !== undefined) throw admission.error;
+      }
+      return { allowed: true, auth, headers };
+    } catch (error) {
+      if (!isRefusal(error)) throw error;
+      return { allowed: false, error, auth, headers };
+    }
+  };
+
+  const decide = async (facts: RequestFacts, compiled: CompiledPolicy): Promise<Decision> => {
+    const decision = await decideNow(facts, compiled, []);
+    onDecision?.({ policy: compiled.id, facts, decision });
+    return decision;
+  };
+
+  const refuseEarly = (facts: RequestFacts, compiled: CompiledPolicy): Decision | undefined => {
+    const error = authFailures.refusalFor(facts);
+    if (error === undefined) return undefined;
+    const decision: Decision = { allowed: false, error, auth: undefined, headers: [] };
+    onDecision?.({ policy: compiled.id, facts, decision });
+    return decision;
+  };
+
+  return {
+    policy,
+    decide,
+    refuseEarly,
+    rateLimitState: () => (options.redis === undefined ? 'memory' : options.redis.health.state),
+    close: () => {
+      for (const scope of scopes.values()) scope.store.shutdown();
+      authFailures.store.shutdown();
+    },
+    authFailures,
+  };
+}
+
+/** A refusal of the contract (4xx), as opposed to a fault. */
+function isRefusal(error: unknown): error is GatewayError {
+  return error instanceof GatewayError && error.status < 500;
+}

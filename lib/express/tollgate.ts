@@ -1,0 +1,279 @@
+import cors from 'cors';
+import type { ErrorRequestHandler, Request, RequestHandler, Response } from 'express';
+import {
+  type CompiledPolicy,
+  createGate,
+  type Decision,
+  type Gate,
+  type GateOptions,
+  type RoutePolicy,
+  type Scopes,
+} from '../core/gate';
+import { DEFAULT_PUBLIC_KEY_HEADER } from '../credentials';
+import { errorHandler } from '../error-handler';
+import { ConfigurationError, InvalidRequestError } from '../errors';
+import { canonicalClientIp } from '../ip-address';
+import { jsonBody, type JsonBodyOptions } from '../json-body';
+import { requestId } from '../request-context';
+import { refuseMalformedRequests } from '../request-shape';
+import { issueToken } from '../token-exchange';
+import type { CredentialKind, Logger } from '../types';
+
+/**
+ * The Express door (Express 4.21+ and 5): `tollgate(options)` builds the decision core once and
+ * hands out middlewares that only turn facts into a decision and a decision into a response.
+ *
+ *     const gate = tollgate({ keyStore, tokens, scopes: { orders: { limit: 100 } } });
+ *     app.use(gate.context());
+ *     app.get('/orders', gate.protect({ accept: ['secret', 'token'], role: 'level-2', limit: 'orders' }), listOrders);
+ *     app.use(gate.errorHandler());
+ *
+ * Every middleware settles its own work into `next(err)` or an answer and returns nothing, so a
+ * refusal never becomes an unhandled rejection on Express 4.
+ */
+
+export interface TollgateOptions<S extends Scopes = Scopes> extends GateOptions<S> {
+  /** Receives misconfiguration warnings and one line per 5xx. Defaults to none. */
+  readonly logger?: Logger | undefined;
+}
+
+export interface ProtectOptions<Name extends string = string> extends Omit<
+  RoutePolicy<Name>,
+  'accept'
+> {
+  readonly accept: readonly CredentialKind[];
+  /**
+   * The JSON body: `true` reads (and checks) every request's body, as the gateway does before
+   * proxying it; by default a body is read only when the route takes a publishable key, which may
+   * travel in it; `false` leaves it to the app (mount your own parser first). An object sets the
+   * size limit (`{ limit: '64kb' }`, the default).
+   */
+  readonly body?: boolean | JsonBodyOptions | undefined;
+}
+
+export interface TokenExchangeOptions<Name extends string = string> {
+  /** The scope every exchange counts against (per account). */
+  readonly limit: Name;
+  readonly id?: string | undefined;
+}
+
+export interface BrowserCorsOptions {
+  /** Methods of the route. Defaults to GET and POST. */
+  readonly methods?: readonly string[];
+}
+
+export interface Tollgate<Name extends string = string> {
+  /** Protects a route with one call: credentials, whitelist, role and limits, in that order. */
+  protect(options: ProtectOptions<Name>): RequestHandler;
+  /** `POST` a key pair, get a token: the whole route, answer included. */
+  tokenExchange(options: TokenExchangeOptions<Name>): RequestHandler;
+  /** Request id, framing checks and the client IP; mount before every route. */
+  context(): RequestHandler;
+  /** CORS for routes that browsers call with a publishable key (no credentials mode). */
+  cors(options?: BrowserCorsOptions): RequestHandler;
+  /** Renders every error as the contract's JSON body; mount last. */
+  errorHandler(): ErrorRequestHandler;
+  rateLimitState(): 'memory' | 'shared' | 'degraded';
+  /** Stops timers; the Redis connection is the caller's to close. */
+  close(): void;
+  /** The decision core, for other doors (forward-auth) and tests. */
+  readonly gate: Gate<Name>;
+}
+
+const OPTION_NAMES: ReadonlySet<string> = new Set([
+  'keyStore',
+  'tokens',
+  'scopes',
+  'windowMs',
+  'authFailureLimit',
+  'redis',
+  'redisPrefix',
+  'expectedInstances',
+  'publicKeyHeader',
+  'refuseSecretKeysFromBrowsers',
+  'onSecurityEvent',
+  'onDecision',
+  'logger',
+]);
+
+const PROTECT_OPTION_NAMES: ReadonlySet<string> = new Set([
+  'accept',
+  'role',
+  'limit',
+  'publishableLimit',
+  'ipWhitelist',
+  'id',
+  'body',
+]);
+
+export function tollgate<S extends Scopes>(
+  options: TollgateOptions<S>,
+): Tollgate<keyof S & string> {
+  refuseUnknownOptions(options, OPTION_NAMES, 'tollgate()');
+  const gate = createGate(options);
+  const { logger } = options;
+  const publicKeyHeader = options.publicKeyHeader ?? DEFAULT_PUBLIC_KEY_HEADER;
+  let warnedTrustProxy = false;
+
+  const render = (
+    decision: Decision,
+    req: Request,
+    res: Response,
+    next: (error?: unknown) => void,
+  ): void => {
+    for (const [name, value] of decision.headers) res.append(name, value);
+    if (decision.allowed) {
+      req.auth = decision.auth;
+      next();
+    } else {
+      next(decision.error);
+    }
+  };
+
+  const guarded = (
+    compiled: CompiledPolicy,
+    readBody: RequestHandler | undefined,
+  ): RequestHandler =>
+    function protectMiddleware(req, res, next) {
+      if (req.clientIp === undefined) {
+        // `context()` not mounted: derive the client address here rather than share one budget.
+        const ip = canonicalClientIp(req.ip);
+        if (ip === undefined) {
+          next(new InvalidRequestError('The client address could not be determined'));
+          return;
+        }
+        req.clientIp = ip;
+      }
+      // A spent budget is refused before the body is read (contract 14.1).
+      const early = gate.refuseEarly(req, compiled);
+      if (early !== undefined) {
+        render(early, req, res, next);
+        return;
+      }
+      const decide = (): void => {
+        gate.decide(req, compiled).then(
+          (decision) => {
+            render(decision, req, res, next);
+          },
+          (error: unknown) => {
+            next(error);
+          },
+        );
+      };
+      if (readBody === undefined || (req as { _body?: boolean })._body === true) {
+        decide();
+        return;
+      }
+      readBody(req, res, (error?: unknown) => {
+        if (error === undefined) decide();
+        else next(error);
+      });
+    };
+
+  const protect = (spec: ProtectOptions<keyof S & string>): RequestHandler => {
+    refuseUnknownOptions(spec, PROTECT_OPTION_NAMES, `protect(${JSON.stringify(spec.limit)})`);
+    const { body, ...policy } = spec;
+    const compiled = gate.policy(policy);
+    const wantsBody =
+      body === true || typeof body === 'object' || (body === undefined && compiled.readsBody);
+    return guarded(
+      compiled,
+      wantsBody ? jsonBody(typeof body === 'object' ? body : {}) : undefined,
+    );
+  };
+
+  const tokenExchange = (spec: TokenExchangeOptions<keyof S & string>): RequestHandler => {
+    if (options.tokens === undefined) {
+      throw new ConfigurationError('tokenExchange(): tollgate() needs the tokens option');
+    }
+    const compiled = gate.policy({ accept: 'key-pair', limit: spec.limit, id: spec.id });
+    const check = guarded(compiled, jsonBody());
+    const answer = issueToken({ tokens: options.tokens });
+    return function tokenExchangeMiddleware(req, res, next) {
+      check(req, res, (error?: unknown) => {
+        if (error === undefined) answer(req, res, next);
+        else next(error);
+      });
+    };
+  };
+
+  const context = (): RequestHandler => {
+    const steps = [requestId(), refuseMalformedRequests()];
+    return function tollgateContext(req, res, next) {
+      if (!warnedTrustProxy && req.app.get('trust proxy') === true) {
+        warnedTrustProxy = true;
+        logger?.warn(
+          { event: 'tollgate.misconfiguration', setting: 'trust proxy' },
+          "app.set('trust proxy', true) lets any client choose its IP: trust your proxies' addresses instead",
+        );
+      }
+      runAll(steps, req, res, (error?: unknown) => {
+        if (error !== undefined) {
+          next(error);
+          return;
+        }
+        const ip = canonicalClientIp(req.ip);
+        if (ip === undefined) {
+          next(new InvalidRequestError('The client address could not be determined'));
+          return;
+        }
+        req.clientIp = ip;
+        next();
+      });
+    };
+  };
+
+  const browserCors = (corsOptions: BrowserCorsOptions = {}): RequestHandler =>
+    cors({
+      origin: '*',
+      methods: [...(corsOptions.methods ?? ['GET', 'POST'])],
+      allowedHeaders: ['Content-Type', publicKeyHeader],
+      exposedHeaders: ['RateLimit', 'RateLimit-Policy', 'Retry-After', 'X-Request-Id'],
+      maxAge: 600,
+    });
+
+  return {
+    protect,
+    tokenExchange,
+    context,
+    cors: browserCors,
+    errorHandler: () => errorHandler({ logger }),
+    rateLimitState: () => gate.rateLimitState(),
+    close: () => {
+      gate.close();
+    },
+    gate,
+  };
+}
+
+/** Runs middlewares in order, stopping at the first error. */
+function runAll(
+  steps: readonly RequestHandler[],
+  req: Request,
+  res: Response,
+  done: (error?: unknown) => void,
+  index = 0,
+): void {
+  const step = steps[index];
+  if (step === undefined) {
+    done();
+    return;
+  }
+  void step(req, res, (error?: unknown) => {
+    if (error !== undefined) done(error);
+    else runAll(steps, req, res, done, index + 1);
+  });
+}
+
+function refuseUnknownOptions(options: unknown, known: ReadonlySet<string>, where: string): void {
+  if (typeof options !== 'object' || options === null) {
+    throw new ConfigurationError(`${where}: options must be an object`);
+  }
+  for (const name of Object.keys(options)) {
+    if (!known.has(name)) {
+      throw new ConfigurationError(
+        `${where}: unknown option ${JSON.stringify(name)}; known: ${[...known].join(', ')}`,
+      );
+    }
+  }
+}
