@@ -52,6 +52,33 @@ module.exports = defineConfig(
     },
   },
 
+  // The decision core and what it reads never import Express or the Express door
+  // (`npm run deps`, dependency-cruiser, checks the same and import cycles).
+  {
+    files: ['lib/core/**/*.ts', 'lib/keys/**/*.ts', 'lib/tokens/**/*.ts', 'lib/rate-limit/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['express', 'express/*', 'cors', 'body-parser', '**/express/*'],
+              message: 'The decision core is framework-free: doors build facts, the core decides.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+
+  // Express 4 does not catch a promise rejected by a middleware: the kit's return none.
+  {
+    files: ['lib/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-misused-promises': 'error',
+    },
+  },
+
   // Plain JavaScript (root config files): no type information.
   {
     files: ['**/*.js', '**/*.cjs', '**/*.mjs'],

@@ -1,9 +1,13 @@
 import { isIP } from 'node:net';
-import { ConfigurationError } from '../lib/errors';
-import { DEFAULT_PUBLIC_KEY_HEADER, HEADER_NAME_PATTERN } from '../lib/credentials';
-import { parseCidrEntry } from '../lib/ip-address';
-import { parseHostPort } from '../lib/rate-limit/redis-client';
-import { DEFAULT_TOKEN_TTL_SECONDS, MIN_TOKEN_SECRET_BYTES } from '../lib/tokens';
+import {
+  ConfigurationError,
+  DEFAULT_PUBLIC_KEY_HEADER,
+  DEFAULT_TOKEN_TTL_SECONDS,
+  HEADER_NAME_PATTERN,
+  MIN_TOKEN_SECRET_BYTES,
+  parseCidrEntry,
+  parseHostPort,
+} from '../lib';
 
 /**
  * The sample gateway's configuration, read from the environment once at start. Every invalid value

@@ -1,6 +1,4 @@
-import { generateKey } from '../lib/key-format';
-import { KeyRing, sha256 } from '../lib/key-store';
-import { ROLES, type Role } from '../lib/roles';
+import { generateKey, KeyRing, type Role, ROLES, sha256 } from '../lib';
 
 /** A demo account with one key pair per role, for running the gateway without a keys file. */
 

@@ -1,5 +1,5 @@
 import http from 'node:http';
-import { clientErrorHandler } from '../lib/error-handler';
+import { clientErrorHandler } from '../lib';
 
 /**
  * The gateway's HTTP server: Node's settings chosen for a server facing hostile clients. A request

@@ -2,10 +2,15 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { ConfigurationError } from '../lib/errors';
-import { generateKey, type KeyEnvironment } from '../lib/key-format';
-import { KeyRing, sha256 } from '../lib/key-store';
-import { parseRole, ROLES } from '../lib/roles';
+import {
+  ConfigurationError,
+  generateKey,
+  type KeyEnvironment,
+  KeyRing,
+  parseRole,
+  ROLES,
+  sha256,
+} from '../lib';
 
 /**
  * `npm run keys -- create --account acct_x --role level-2 [--file keys.json] [--env live]`

@@ -1,5 +1,4 @@
-import type { Role } from '../lib/roles';
-import type { CredentialKind } from '../lib/types';
+import type { CredentialKind, Role } from '../lib';
 
 /**
  * The sample gateway's routes: for each, the credentials it accepts, the minimum role and the

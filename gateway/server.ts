@@ -1,4 +1,4 @@
-import { ConfigurationError } from '../lib/errors';
+import { ConfigurationError } from '../lib';
 import { loadConfig } from './config';
 import { createLogger } from './logger';
 import { startGateway } from './start';

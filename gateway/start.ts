@@ -1,10 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { FileKeyStore, type KeyStore } from '../lib/key-store';
-import { createLimiterRedis, type LimiterRedisConnection } from '../lib/rate-limit/redis-client';
-import { TokenService } from '../lib/tokens';
-import type { Logger } from '../lib/types';
+import {
+  createLimiterRedis,
+  FileKeyStore,
+  type KeyStore,
+  type LimiterRedisConnection,
+  type Logger,
+  TokenService,
+} from '../lib';
 import { createApp, type GatewayApp } from './app';
 import type { GatewayConfig, RedisTarget } from './config';
 import { createGatewayServer } from './http-server';

@@ -1,18 +1,64 @@
+/**
+ * Tollgate's public entry point. The layers, from the inside out:
+ *
+ * - the decision core (`createGate`, no Express) and its pieces: credentials, roles, whitelists,
+ *   key-pair checks, credential scans;
+ * - keys, tokens and rate-limit stores, which the core reads;
+ * - the Express door: `tollgate()` with `protect()`, and the single middlewares for apps that
+ *   compose their own chain.
+ */
+
+// Shared types and errors.
 export type { AuthContext, CredentialKind, Logger } from './types';
-export type { RequestFacts } from './core/facts';
 export { CREDENTIAL_KINDS } from './types';
 export * from './errors';
+
+// The decision core.
+export {
+  createGate,
+  type Gate,
+  type GateOptions,
+  type RoutePolicy,
+  type CompiledPolicy,
+  type Decision,
+  type DecisionEvent,
+  type Scopes,
+} from './core/gate';
+export type { RequestFacts } from './core/facts';
+export { ScopeCounter, type ScopeDefinition, type ScopeKey, type HeaderPair } from './core/limits';
+export {
+  presentedCredential,
+  credentialResolver,
+  hasBrowserSignals,
+  QUERY_CREDENTIAL_PARAMS,
+  DEFAULT_PUBLIC_KEY_HEADER,
+  HEADER_NAME_PATTERN,
+  type AuthenticateOptions,
+  type SecurityEvent,
+  type PresentedCredential,
+} from './core/credentials';
+export { keyPairResolver, type KeyPairResolverOptions } from './core/key-pair';
 export {
   ROLES,
   OWNER_ROLE,
   type Role,
   isRole,
+  parseRole,
   roleRank,
   roleSatisfies,
-  requireRole,
-} from './roles';
-export { canonicalClientIp, parseCidrEntry, type CidrRange } from './ip-address';
-export { IpWhitelist, requireWhitelistedIp, type IpWhitelistOptions } from './ip-whitelist';
+} from './core/roles';
+export { canonicalClientIp, parseCidrEntry, type CidrRange } from './core/ip-address';
+export { IpWhitelist } from './core/ip-whitelist';
+export {
+  createPathRedactor,
+  containsSecretOrToken,
+  containsTokenLike,
+  isKnownKey,
+  REDACTED,
+  type PathRedactorOptions,
+} from './core/credential-scan';
+
+// Keys and tokens.
 export {
   generateKey,
   isPlausibleKey,
@@ -21,8 +67,8 @@ export {
   type KeyShape,
   type KeyType,
   type KeyEnvironment,
-} from './key-format';
-export { KeyRing, FileKeyStore, sha256, type KeyRecord, type KeyStore } from './key-store';
+} from './keys/key-format';
+export { KeyRing, FileKeyStore, sha256, type KeyRecord, type KeyStore } from './keys/key-store';
 export {
   TokenService,
   DEFAULT_TOKEN_TTL_SECONDS,
@@ -30,59 +76,21 @@ export {
   type TokenServiceOptions,
   type TokenClaims,
   type IssuedToken,
-} from './tokens';
+} from './tokens/tokens';
+
+// Limits: windows, the failure budget, stores and the Redis connection.
 export {
-  authenticate,
-  presentedCredential,
-  refuseQueryCredentials,
-  hasBrowserSignals,
-  QUERY_CREDENTIAL_PARAMS,
-  type QueryCredentialOptions,
-  DEFAULT_PUBLIC_KEY_HEADER,
-  type AuthenticateOptions,
-  type SecurityEvent,
-  type PresentedCredential,
-} from './credentials';
-export {
-  authenticateKeyPair,
-  issueToken,
-  type KeyPairOptions,
-  type IssueTokenOptions,
-} from './token-exchange';
-export { requestId, clientIp } from './request-context';
-export { refuseMalformedRequests, headersTruncated } from './request-shape';
-export {
-  createPathRedactor,
-  containsSecretOrToken,
-  containsTokenLike,
-  isKnownKey,
-  REDACTED,
-  type PathRedactorOptions,
-} from './credential-scan';
-export { jsonBody, parseJsonObject, DEFAULT_BODY_LIMIT, type JsonBodyOptions } from './json-body';
-export {
-  errorHandler,
-  toGatewayError,
-  notFound,
-  methodNotAllowed,
-  clientErrorHandler,
-  type ErrorHandlerOptions,
-} from './error-handler';
-export {
-  createRateLimiter,
-  retryAfterSeconds,
   DEFAULT_WINDOW_MS,
   DEFAULT_PREFIX,
-  type RateLimiter,
-  type RateLimiterOptions,
-  type LimitKey,
+  retryAfterSeconds,
   type LimiterRedis,
-} from './rate-limit/limiter';
+} from './rate-limit/window';
 export {
   createAuthFailureLimiter,
   DEFAULT_AUTH_FAILURE_LIMIT,
   type AuthFailureLimiter,
   type AuthFailureLimiterOptions,
+  type BudgetClient,
 } from './rate-limit/auth-failures';
 export { ResilientStore, type ResilientStoreOptions } from './rate-limit/resilient-store';
 export {
@@ -99,21 +107,13 @@ export {
 } from './rate-limit/redis-commands';
 export {
   createLimiterRedis,
+  parseHostPort,
   RedisTimeoutError,
   type LimiterRedisOptions,
   type LimiterRedisConnection,
 } from './rate-limit/redis-client';
-export {
-  createGate,
-  type Gate,
-  type GateOptions,
-  type RoutePolicy,
-  type CompiledPolicy,
-  type Decision,
-  type DecisionEvent,
-  type Scopes,
-} from './core/gate';
-export { ScopeCounter, type ScopeDefinition, type ScopeKey, type HeaderPair } from './core/limits';
+
+// The Express door.
 export {
   tollgate,
   type Tollgate,
@@ -122,3 +122,37 @@ export {
   type TokenExchangeOptions,
   type BrowserCorsOptions,
 } from './express/tollgate';
+export {
+  authenticate,
+  refuseQueryCredentials,
+  type QueryCredentialOptions,
+} from './express/authenticate';
+export {
+  authenticateKeyPair,
+  issueToken,
+  type KeyPairOptions,
+  type IssueTokenOptions,
+} from './express/token-exchange';
+export { requireWhitelistedIp, requireRole, type IpWhitelistOptions } from './express/access';
+export { requestId, clientIp } from './express/request-context';
+export { refuseMalformedRequests, headersTruncated } from './express/request-shape';
+export {
+  jsonBody,
+  parseJsonObject,
+  DEFAULT_BODY_LIMIT,
+  type JsonBodyOptions,
+} from './express/json-body';
+export {
+  errorHandler,
+  toGatewayError,
+  notFound,
+  methodNotAllowed,
+  clientErrorHandler,
+  type ErrorHandlerOptions,
+} from './express/error-handler';
+export {
+  createRateLimiter,
+  type RateLimiter,
+  type RateLimiterOptions,
+  type LimitKey,
+} from './express/limiter';

@@ -1,5 +1,5 @@
-import type { IpWhitelist } from './ip-whitelist';
-import type { Role } from './roles';
+import type { IpWhitelist } from './core/ip-whitelist';
+import type { Role } from './core/roles';
 
 /** How a request proved who it is. */
 export type CredentialKind = 'secret' | 'token' | 'publishable';

@@ -1,4 +1,4 @@
-import { credentialResolver, credentialsInQuery, leaked, type SecurityEvent } from '../credentials';
+import { credentialResolver, credentialsInQuery, leaked, type SecurityEvent } from './credentials';
 import {
   ConfigurationError,
   GatewayError,
@@ -6,17 +6,17 @@ import {
   InvalidRequestError,
   IpNotWhitelistedError,
 } from '../errors';
-import { isPlausibleKey } from '../key-format';
-import type { KeyStore } from '../key-store';
+import { isPlausibleKey } from '../keys/key-format';
+import type { KeyStore } from '../keys/key-store';
 import {
   type AuthFailureLimiter,
   createAuthFailureLimiter,
   DEFAULT_AUTH_FAILURE_LIMIT,
 } from '../rate-limit/auth-failures';
-import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis } from '../rate-limit/limiter';
-import { parseRole, type Role, roleRank } from '../roles';
-import { keyPairResolver } from '../token-exchange';
-import type { TokenService } from '../tokens';
+import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis } from '../rate-limit/window';
+import { parseRole, type Role, roleRank } from './roles';
+import { keyPairResolver } from './key-pair';
+import type { TokenService } from '../tokens/tokens';
 import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../types';
 import type { RequestFacts } from './facts';
 import { type HeaderPair, ScopeCounter, type ScopeDefinition } from './limits';

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { ipKeyGenerator, type Options } from 'express-rate-limit';
 import { ConfigurationError, RateLimitedError } from '../errors';
-import type { LimiterRedis } from '../rate-limit/limiter';
+import type { LimiterRedis } from '../rate-limit/window';
 import type { ResilientStore } from '../rate-limit/resilient-store';
 import { createScopeStore } from '../rate-limit/scope-store';
 import type { AuthContext } from '../types';

@@ -9,14 +9,14 @@ import {
   type RoutePolicy,
   type Scopes,
 } from '../core/gate';
-import { DEFAULT_PUBLIC_KEY_HEADER } from '../credentials';
-import { errorHandler } from '../error-handler';
+import { DEFAULT_PUBLIC_KEY_HEADER } from '../core/credentials';
+import { errorHandler } from './error-handler';
 import { ConfigurationError, InvalidRequestError } from '../errors';
-import { canonicalClientIp } from '../ip-address';
-import { jsonBody, type JsonBodyOptions } from '../json-body';
-import { requestId } from '../request-context';
-import { refuseMalformedRequests } from '../request-shape';
-import { issueToken } from '../token-exchange';
+import { canonicalClientIp } from '../core/ip-address';
+import { jsonBody, type JsonBodyOptions } from './json-body';
+import { requestId } from './request-context';
+import { refuseMalformedRequests } from './request-shape';
+import { issueToken } from './token-exchange';
 import type { CredentialKind, Logger } from '../types';
 
 /**

@@ -1,7 +1,6 @@
-import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { ipKeyGenerator } from 'express-rate-limit';
 import { ConfigurationError, GatewayError, RateLimitedError } from '../errors';
-import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './limiter';
+import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './window';
 import type { ResilientStore } from './resilient-store';
 import { createScopeStore } from './scope-store';
 
@@ -42,7 +41,7 @@ export interface AuthFailureLimiterOptions {
 
 export interface AuthFailureLimiter {
   /** Refuses (429) a request from an IP whose budget is spent, before anything is read. */
-  readonly guard: RequestHandler;
+  readonly guard: BudgetMiddleware;
   /** The refusal `guard` would pass on for this client now, or `undefined`. */
   refusalFor(req: BudgetClient): RateLimitedError | undefined;
   /**
@@ -62,7 +61,7 @@ export interface AuthFailureLimiter {
    */
   record(req: BudgetClient, error: unknown): boolean;
   /** Error handler calling `record()`, for the individual middlewares. */
-  readonly recordFailure: ErrorRequestHandler;
+  readonly recordFailure: BudgetErrorHandler;
   readonly store: ResilientStore;
 }
 
@@ -71,6 +70,18 @@ export interface BudgetClient {
   readonly clientIp?: string | undefined;
   readonly ip?: string | undefined;
 }
+
+/** `next` of a middleware. */
+type Next = (error?: unknown) => void;
+/** An Express (4 or 5) middleware, typed without Express: the core never imports it. */
+export type BudgetMiddleware = (req: BudgetClient, res: unknown, next: Next) => void;
+/** An Express error handler, typed without Express. */
+export type BudgetErrorHandler = (
+  error: unknown,
+  req: BudgetClient,
+  res: unknown,
+  next: Next,
+) => void;
 
 export type AttemptCallback<T> = (error: unknown, value: T | undefined) => void;
 
@@ -194,7 +205,7 @@ export function createAuthFailureLimiter(
     return until === undefined ? undefined : refusal(until);
   };
 
-  const guard: RequestHandler = function authFailureGuard(req, _res, next) {
+  const guard: BudgetMiddleware = function authFailureGuard(req, _res, next) {
     next(refusalFor(req));
   };
 
@@ -238,7 +249,7 @@ export function createAuthFailureLimiter(
     return true;
   };
 
-  const recordFailure: ErrorRequestHandler = function recordAuthFailure(error, req, _res, next) {
+  const recordFailure: BudgetErrorHandler = function recordAuthFailure(error, req, _res, next) {
     record(req, error);
     next(error);
   };

@@ -1,6 +1,6 @@
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { ConfigurationError } from '../errors';
-import type { LimiterRedis } from './limiter';
+import type { LimiterRedis } from './window';
 import type { RedisCommandClient } from './redis-commands';
 import { RedisHealth } from './redis-health';
 

@@ -1,5 +1,5 @@
 import { RedisStore } from 'rate-limit-redis';
-import type { LimiterRedis } from './limiter';
+import type { LimiterRedis } from './window';
 import { redisCommandFn } from './redis-commands';
 import { ResilientStore } from './resilient-store';
 

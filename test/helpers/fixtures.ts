@@ -1,6 +1,6 @@
-import { generateKey } from '../../lib/key-format';
-import { KeyRing, sha256 } from '../../lib/key-store';
-import type { Role } from '../../lib/roles';
+import { generateKey } from '../../lib/keys/key-format';
+import { KeyRing, sha256 } from '../../lib/keys/key-store';
+import type { Role } from '../../lib/core/roles';
 
 /**
  * Test accounts and keys, made fresh for each test file. Secrets exist only here: the key ring

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { TokenService } from '../../lib/tokens';
-import type { LimiterRedis } from '../../lib/rate-limit/limiter';
+import { TokenService } from '../../lib/tokens/tokens';
+import type { LimiterRedis } from '../../lib/rate-limit/window';
 import { createApp, type GatewayApp } from '../../gateway/app';
 import { createGatewayServer } from '../../gateway/http-server';
 import { DEFAULT_LIMITS, type LimitsConfig, type TrustProxy } from '../../gateway/config';

@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
-import { TokenService } from '../../lib/tokens';
+import { TokenService } from '../../lib/tokens/tokens';
 import { createApp, type GatewayApp } from '../../gateway/app';
 import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 import { captureLogs } from '../helpers/logs';

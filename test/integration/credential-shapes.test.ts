@@ -1,10 +1,10 @@
 import express from 'express';
 import request from 'supertest';
-import { authenticate } from '../../lib/credentials';
-import { errorHandler } from '../../lib/error-handler';
-import { KeyRing, sha256 } from '../../lib/key-store';
-import { requestId } from '../../lib/request-context';
-import { TokenService } from '../../lib/tokens';
+import { authenticate } from '../../lib/express/authenticate';
+import { errorHandler } from '../../lib/express/error-handler';
+import { KeyRing, sha256 } from '../../lib/keys/key-store';
+import { requestId } from '../../lib/express/request-context';
+import { TokenService } from '../../lib/tokens/tokens';
 import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
 import { TOKEN_SECRET } from '../helpers/fixtures';
 

@@ -1,9 +1,9 @@
 import request from 'supertest';
 import { createApp } from '../../gateway/app';
 import { DEFAULT_LIMITS } from '../../gateway/config';
-import { generateKey } from '../../lib/key-format';
-import type { KeyRecord, KeyStore } from '../../lib/key-store';
-import { TokenService } from '../../lib/tokens';
+import { generateKey } from '../../lib/keys/key-format';
+import type { KeyRecord, KeyStore } from '../../lib/keys/key-store';
+import { TokenService } from '../../lib/tokens/tokens';
 import {
   expectErrorBody,
   type ExpectedError,

@@ -2,11 +2,11 @@ import type http from 'node:http';
 import express from 'express';
 import { Redis } from 'ioredis';
 import request from 'supertest';
-import { errorHandler } from '../../lib/error-handler';
-import { createRateLimiter, type RateLimiter } from '../../lib/rate-limit/limiter';
+import { errorHandler } from '../../lib/express/error-handler';
+import { createRateLimiter, type RateLimiter } from '../../lib/express/limiter';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import type { SharedStoreState } from '../../lib/rate-limit/redis-health';
-import { clientIp, requestId } from '../../lib/request-context';
+import { clientIp, requestId } from '../../lib/express/request-context';
 import { bearer, startTestGateway } from '../helpers/gateway';
 import {
   acquireTestRedis,

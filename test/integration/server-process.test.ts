@@ -1,9 +1,9 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { generateKey } from '../../lib/key-format';
-import { sha256 } from '../../lib/key-store';
-import { ROLES } from '../../lib/roles';
+import { generateKey } from '../../lib/keys/key-format';
+import { sha256 } from '../../lib/keys/key-store';
+import { ROLES } from '../../lib/core/roles';
 import { expectErrorBody } from '../helpers/error-body';
 import { findLeaks } from '../helpers/logs';
 import { distScript, httpRequest, NodeProcess, occurrences, runNode } from '../helpers/process';

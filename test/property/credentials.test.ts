@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import type { Request } from 'express';
-import { presentedCredential } from '../../lib/credentials';
+import { presentedCredential } from '../../lib/core/credentials';
 import { GatewayError, InvalidRequestError } from '../../lib/errors';
 import { ROUTES } from '../../gateway/routes';
 import { startTestGateway, type TestGateway } from '../helpers/gateway';

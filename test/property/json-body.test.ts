@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { InvalidRequestError } from '../../lib/errors';
-import { parseJsonObject } from '../../lib/json-body';
+import { parseJsonObject } from '../../lib/express/json-body';
 import { startTestGateway, type TestGateway } from '../helpers/gateway';
 import { expectSafeAnswer, expectSafeLogs, UNTHROTTLED } from '../security/hostile-cases';
 

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { AuthenticationError } from '../../lib/errors';
-import { ROLES } from '../../lib/roles';
-import { TokenService } from '../../lib/tokens';
+import { ROLES } from '../../lib/core/roles';
+import { TokenService } from '../../lib/tokens/tokens';
 import { TOKEN_SECRET } from '../helpers/fixtures';
 import { startTestGateway, type TestGateway } from '../helpers/gateway';
 import { expectSafeAnswer, expectSafeLogs, signJwt, UNTHROTTLED } from '../security/hostile-cases';

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { ConfigurationError } from '../../lib/errors';
-import { canonicalClientIp, formatCidr, parseCidrEntry } from '../../lib/ip-address';
-import { IpWhitelist } from '../../lib/ip-whitelist';
+import { canonicalClientIp, formatCidr, parseCidrEntry } from '../../lib/core/ip-address';
+import { IpWhitelist } from '../../lib/core/ip-whitelist';
 
 /**
  * Whitelist entries and client addresses under random input: parsing never throws, canonical forms

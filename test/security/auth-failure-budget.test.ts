@@ -1,8 +1,8 @@
 import net from 'node:net';
 import { Redis } from 'ioredis';
 import { DEFAULT_LIMITS } from '../../gateway/config';
-import { generateKey } from '../../lib/key-format';
-import type { LimiterRedis } from '../../lib/rate-limit/limiter';
+import { generateKey } from '../../lib/keys/key-format';
+import type { LimiterRedis } from '../../lib/rate-limit/window';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import { createFixtures, type Fixtures } from '../helpers/fixtures';
 import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';

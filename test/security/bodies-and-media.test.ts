@@ -1,6 +1,6 @@
 import { gzipSync } from 'node:zlib';
 import jwt from 'jsonwebtoken';
-import { DEFAULT_BODY_LIMIT } from '../../lib/json-body';
+import { DEFAULT_BODY_LIMIT } from '../../lib/express/json-body';
 import { describeHostileCases, type HostileCase, UNTHROTTLED } from './hostile-cases';
 
 /**

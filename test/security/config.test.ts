@@ -1,6 +1,10 @@
 import { loadConfig } from '../../gateway/config';
 import { ConfigurationError } from '../../lib/errors';
-import { MIN_TOKEN_SECRET_BYTES, TokenService, type TokenServiceOptions } from '../../lib/tokens';
+import {
+  MIN_TOKEN_SECRET_BYTES,
+  TokenService,
+  type TokenServiceOptions,
+} from '../../lib/tokens/tokens';
 
 /**
  * Configuration that would weaken a check refuses to start: one error naming the variable, never

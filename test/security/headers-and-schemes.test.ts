@@ -1,4 +1,4 @@
-import { MAX_TOKEN_LENGTH } from '../../lib/tokens';
+import { MAX_TOKEN_LENGTH } from '../../lib/tokens/tokens';
 import { bearer, describeHostileCases, type HostileCase, UNTHROTTLED } from './hostile-cases';
 
 /** The `Authorization` header: schemes, spacing, sizes, bytes Node refuses, look-alike headers. */

@@ -11,8 +11,8 @@ import {
 import { type FileHandle, open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { generateKey } from '../../lib/key-format';
-import { sha256 } from '../../lib/key-store';
+import { generateKey } from '../../lib/keys/key-format';
+import { sha256 } from '../../lib/keys/key-store';
 import { distScript, httpRequest, type HttpResult, NodeProcess } from '../helpers/process';
 import {
   acquireTestRedis,

@@ -1,4 +1,4 @@
-import { DEFAULT_PUBLIC_KEY_HEADER } from '../../lib/credentials';
+import { DEFAULT_PUBLIC_KEY_HEADER } from '../../lib/core/credentials';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import { startTestGateway, type TestGateway } from '../helpers/gateway';
 import {

@@ -1,11 +1,11 @@
 import express, { type RequestHandler } from 'express';
 import request from 'supertest';
-import { authenticate } from '../../lib/credentials';
-import { errorHandler } from '../../lib/error-handler';
-import { jsonBody } from '../../lib/json-body';
-import type { KeyRecord, KeyStore } from '../../lib/key-store';
-import { authenticateKeyPair } from '../../lib/token-exchange';
-import { MAX_TOKEN_LENGTH, TokenService } from '../../lib/tokens';
+import { authenticate } from '../../lib/express/authenticate';
+import { errorHandler } from '../../lib/express/error-handler';
+import { jsonBody } from '../../lib/express/json-body';
+import type { KeyRecord, KeyStore } from '../../lib/keys/key-store';
+import { authenticateKeyPair } from '../../lib/express/token-exchange';
+import { MAX_TOKEN_LENGTH, TokenService } from '../../lib/tokens/tokens';
 import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 
 /**

@@ -1,5 +1,5 @@
 import jwt from 'jsonwebtoken';
-import { MAX_TOKEN_LENGTH } from '../../lib/tokens';
+import { MAX_TOKEN_LENGTH } from '../../lib/tokens/tokens';
 import { bearer, describeHostileCases, type HostileCase, UNTHROTTLED } from './hostile-cases';
 
 /**

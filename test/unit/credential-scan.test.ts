@@ -4,8 +4,8 @@ import {
   containsTokenLike,
   createPathRedactor,
   REDACTED,
-} from '../../lib/credential-scan';
-import { credentialsInQuery } from '../../lib/credentials';
+} from '../../lib/core/credential-scan';
+import { credentialsInQuery } from '../../lib/core/credentials';
 import { createFixtures } from '../helpers/fixtures';
 
 /**

@@ -1,20 +1,20 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Request, Response } from 'express';
 import {
-  authenticate,
   DEFAULT_PUBLIC_KEY_HEADER,
   type PresentedCredential,
   presentedCredential,
-} from '../../lib/credentials';
+} from '../../lib/core/credentials';
+import { authenticate } from '../../lib/express/authenticate';
 import {
   AuthenticationError,
   GatewayError,
   InvalidRequestError,
   RateLimitedError,
 } from '../../lib/errors';
-import { generateKey } from '../../lib/key-format';
+import { generateKey } from '../../lib/keys/key-format';
 import { createAuthFailureLimiter } from '../../lib/rate-limit/auth-failures';
-import { MAX_TOKEN_LENGTH, TokenService } from '../../lib/tokens';
+import { MAX_TOKEN_LENGTH, TokenService } from '../../lib/tokens/tokens';
 import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 
 const HEADER = DEFAULT_PUBLIC_KEY_HEADER;

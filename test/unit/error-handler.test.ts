@@ -1,4 +1,4 @@
-import { toGatewayError } from '../../lib/error-handler';
+import { toGatewayError } from '../../lib/express/error-handler';
 import {
   AuthenticationError,
   GatewayError,

@@ -3,7 +3,7 @@ import {
   type CidrRange,
   formatCidr,
   parseCidrEntry,
-} from '../../lib/ip-address';
+} from '../../lib/core/ip-address';
 
 function parsed(entry: unknown): CidrRange {
   const result = parseCidrEntry(entry);

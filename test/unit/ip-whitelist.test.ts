@@ -1,6 +1,7 @@
 import type { NextFunction, Request, Response } from 'express';
 import { ConfigurationError, IpNotWhitelistedError } from '../../lib/errors';
-import { IpWhitelist, type IpWhitelistOptions, requireWhitelistedIp } from '../../lib/ip-whitelist';
+import { IpWhitelist } from '../../lib/core/ip-whitelist';
+import { type IpWhitelistOptions, requireWhitelistedIp } from '../../lib/express/access';
 import type { AuthContext, CredentialKind } from '../../lib/types';
 
 function parseError(entries: unknown, where?: string): ConfigurationError {

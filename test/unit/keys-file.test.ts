@@ -1,7 +1,7 @@
 import { ConfigurationError } from '../../lib/errors';
-import { generateKey } from '../../lib/key-format';
-import { KeyRing, sha256 } from '../../lib/key-store';
-import { parseKeysDocument } from '../../lib/keys-file';
+import { generateKey } from '../../lib/keys/key-format';
+import { KeyRing, sha256 } from '../../lib/keys/key-store';
+import { parseKeysDocument } from '../../lib/keys/keys-file';
 
 const SOURCE = '/etc/tollgate/keys.json';
 

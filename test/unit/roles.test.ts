@@ -4,11 +4,11 @@ import {
   isRole,
   OWNER_ROLE,
   parseRole,
-  requireRole,
   type Role,
   roleSatisfies,
   ROLES,
-} from '../../lib/roles';
+} from '../../lib/core/roles';
+import { requireRole } from '../../lib/express/access';
 import type { AuthContext } from '../../lib/types';
 
 const VALID_ROLES_TEXT = 'level-1, level-2, level-3, administrator';

@@ -1,6 +1,6 @@
 import jwt from 'jsonwebtoken';
 import { AuthenticationError, ConfigurationError } from '../../lib/errors';
-import type { Role } from '../../lib/roles';
+import type { Role } from '../../lib/core/roles';
 import {
   DEFAULT_TOKEN_TTL_SECONDS,
   MAX_TOKEN_LENGTH,
@@ -8,7 +8,7 @@ import {
   type TokenClaims,
   TokenService,
   type TokenServiceOptions,
-} from '../../lib/tokens';
+} from '../../lib/tokens/tokens';
 
 const SECRET = 'unit-test-token-secret-of-at-least-32-bytes';
 const OTHER_SECRET = 'another-secret-that-is-also-32-bytes-long!!';

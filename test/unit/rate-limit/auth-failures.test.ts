@@ -1,4 +1,4 @@
-import type { NextFunction, Request, Response } from 'express';
+import type { NextFunction, Request } from 'express';
 import {
   AuthenticationError,
   IpNotWhitelistedError,
@@ -117,10 +117,10 @@ describe('createAuthFailureLimiter, counting in memory', () => {
     const next = jest.fn() as NextFunction;
     const counted = outcome(() => limiter.attempt(req, wrongKey));
     // The same error reaching the error handler after the route is not counted again.
-    limiter.recordFailure(counted, req, {} as unknown as Response, next);
+    limiter.recordFailure(counted, req, {}, next);
     expect(limiter.attempt(req, () => 'ok')).toBe('ok');
 
-    limiter.recordFailure(new IpNotWhitelistedError(), req, {} as unknown as Response, next);
+    limiter.recordFailure(new IpNotWhitelistedError(), req, {}, next);
     expect(outcome(() => limiter.attempt(req, () => 'ok'))).toBeInstanceOf(RateLimitedError);
     expect(next).toHaveBeenCalledTimes(2);
   });

@@ -1,4 +1,4 @@
-import { DEFAULT_WINDOW_MS, retryAfterSeconds } from '../../../lib/rate-limit/limiter';
+import { DEFAULT_WINDOW_MS, retryAfterSeconds } from '../../../lib/rate-limit/window';
 
 const NOW = 1_750_000_000_000;
 const WINDOW_MS = DEFAULT_WINDOW_MS;

@@ -1,12 +1,11 @@
-import type { RequestHandler } from 'express';
-import type { RequestFacts } from './core/facts';
+import type { RequestFacts } from './facts';
 import { containsSecretOrToken } from './credential-scan';
-import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
-import { isPlausibleKey, keyPrefixType, keyShape } from './key-format';
-import type { KeyRecord, KeyStore } from './key-store';
-import { MAX_TOKEN_LENGTH, type TokenService } from './tokens';
-import type { AuthFailureLimiter } from './rate-limit/auth-failures';
-import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from './types';
+import { AuthenticationError, ConfigurationError, InvalidRequestError } from '../errors';
+import { isPlausibleKey, keyPrefixType, keyShape } from '../keys/key-format';
+import type { KeyRecord, KeyStore } from '../keys/key-store';
+import { MAX_TOKEN_LENGTH, type TokenService } from '../tokens/tokens';
+import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
+import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../types';
 
 /**
  * Credential resolution: which credential a request carries, whether the route accepts that kind,
@@ -118,37 +117,6 @@ function bodyPublicKey(body: unknown): string | undefined {
   const value = (body as { public_key: unknown }).public_key;
   if (typeof value !== 'string') throw new InvalidRequestError('public_key must be a string');
   return value;
-}
-
-/**
- * Authenticates the request with one of the credentials the route accepts and sets `req.auth`.
- * Failures go to `next(err)` as `AuthenticationError` (401), `InvalidRequestError` (400) or, when
- * the failed-authentication budget is spent, `RateLimitedError` (429). Synchronous from the budget
- * check to the comparison and its count.
- */
-export function authenticate(options: AuthenticateOptions): RequestHandler {
-  const resolve = credentialResolver(options);
-  const { authFailures } = options;
-  return function authenticateMiddleware(req, _res, next) {
-    if (authFailures !== undefined) {
-      authFailures.queueAttempt(
-        req,
-        () => resolve(req),
-        (error, auth) => {
-          if (auth !== undefined) req.auth = auth;
-          next(error);
-        },
-      );
-      return;
-    }
-    try {
-      req.auth = resolve(req);
-    } catch (error) {
-      next(error);
-      return;
-    }
-    next();
-  };
 }
 
 /**
@@ -342,47 +310,6 @@ export const QUERY_CREDENTIAL_PARAMS: ReadonlySet<string> = new Set([
   'public_key',
   'authorization',
 ]);
-
-export interface QueryCredentialOptions {
-  /** Looks up refused values, to report a secret key sent in a URL as leaked. */
-  keyStore?: KeyStore;
-  /** Called when a refused value is a known secret key; receives the key id, never the secret. */
-  onSecurityEvent?: (event: SecurityEvent, req: RequestFacts) => void;
-}
-
-/**
- * Refuses with 400 `invalid_request` a request whose query string carries a credential: a
- * parameter of `QUERY_CREDENTIAL_PARAMS`, or any value that looks like a secret key or a token.
- * Mount it before the routes. A known secret key found there is reported as leaked.
- */
-export function refuseQueryCredentials(options: QueryCredentialOptions = {}): RequestHandler {
-  const { keyStore, onSecurityEvent } = options;
-  const report = (refused: readonly string[], req: RequestFacts): void => {
-    if (keyStore === undefined || onSecurityEvent === undefined) return;
-    for (const value of refused) {
-      const key = isPlausibleKey(value) ? keyStore.findBySecretKey(value) : undefined;
-      if (key !== undefined) onSecurityEvent(leaked(key, 'sent_in_query_string'), req);
-    }
-  };
-  return function refuseQueryCredentialsMiddleware(req, _res, next) {
-    const refused = credentialsInQuery(req.originalUrl);
-    if (refused.length === 0) {
-      next();
-      return;
-    }
-    try {
-      report(refused, req);
-    } catch (error) {
-      next(error);
-      return;
-    }
-    next(
-      new InvalidRequestError(
-        'Credentials are never accepted in the query string; send them in the Authorization header',
-      ),
-    );
-  };
-}
 
 /** The values of the credential-carrying parameters of `url`'s query string. */
 export function credentialsInQuery(url: string): string[] {

@@ -1,37 +1,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import { ConfigurationError } from './errors';
-import type { IpWhitelist } from './ip-whitelist';
+import { ConfigurationError } from '../errors';
+import type { KeyRecord, KeyStore } from './key-record';
 import { parseKeysDocument } from './keys-file';
-import type { Role } from './roles';
 
-/** One API key pair as the server knows it. The secret itself is never held, only its SHA-256. */
-export interface KeyRecord {
-  readonly id: string;
-  readonly accountId: string;
-  readonly role: Role;
-  readonly publishableKey: string;
-  readonly secretKeySha256: Buffer;
-  readonly revoked: boolean;
-  /** The account's whitelist, shared by all its keys; `undefined`: not restricted. */
-  readonly ipWhitelist: IpWhitelist | undefined;
-}
-
-/**
- * Where keys are looked up: synchronously, in memory. A request never waits on a file or a
- * database, and a credential is compared in the same synchronous step as the failed-authentication
- * budget is checked and counted (contract 14.1). A store over a database keeps the whole ring in
- * memory and swaps it when the database says it changed. Revoked keys are returned with
- * `revoked: true`: callers refuse them.
- */
-export interface KeyStore {
-  /** The key whose secret has this value, compared by SHA-256 digest in constant time. */
-  findBySecretKey(secretKey: string): KeyRecord | undefined;
-  /** The key pair when `secretKey` belongs to `publishableKey`; the same time whether or not. */
-  findByKeyPair(publishableKey: string, secretKey: string): KeyRecord | undefined;
-  findByPublishableKey(publishableKey: string): KeyRecord | undefined;
-  findById(keyId: string): KeyRecord | undefined;
-}
+export type { KeyRecord, KeyStore } from './key-record';
 
 export function sha256(value: string): Buffer {
   return createHash('sha256').update(value, 'utf8').digest();

@@ -1,5 +1,4 @@
-import type { RequestHandler } from 'express';
-import { ConfigurationError, InsufficientRoleError } from './errors';
+import { ConfigurationError } from '../errors';
 
 /** Team roles, lowest first. An API key without a role acts as the account owner. */
 export const ROLES = ['level-1', 'level-2', 'level-3', 'administrator'] as const;
@@ -26,21 +25,4 @@ export function parseRole(value: unknown, where: string): Role {
   throw new ConfigurationError(
     `${where}: unknown role ${JSON.stringify(value)}; expected one of ${ROLES.join(', ')}`,
   );
-}
-
-/**
- * Refuses, with 403 `insufficient_role`, a request whose authenticated role is below `minimum`.
- * Mount it after `authenticate()`; a request without `req.auth` is refused as well.
- */
-export function requireRole(minimum: Role): RequestHandler {
-  const required = parseRole(minimum, 'requireRole()');
-  const requiredRank = roleRank(required);
-  return function requireRoleMiddleware(req, _res, next) {
-    const auth = req.auth;
-    if (auth === undefined || roleRank(auth.role) < requiredRank) {
-      next(new InsufficientRoleError(required));
-      return;
-    }
-    next();
-  };
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { RequestHandler } from 'express';
-import { InvalidRequestError } from './errors';
-import { canonicalClientIp } from './ip-address';
+import { InvalidRequestError } from '../errors';
+import { canonicalClientIp } from '../core/ip-address';
 
 /**
  * Gives every request an id (`req.requestId`, echoed as `X-Request-Id`). A client's own

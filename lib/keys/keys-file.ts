@@ -1,8 +1,8 @@
-import { ConfigurationError } from './errors';
-import { IpWhitelist } from './ip-whitelist';
+import { ConfigurationError } from '../errors';
+import { IpWhitelist } from '../core/ip-whitelist';
 import { keyShape } from './key-format';
-import type { KeyRecord } from './key-store';
-import { OWNER_ROLE, parseRole } from './roles';
+import type { KeyRecord } from './key-record';
+import { OWNER_ROLE, parseRole } from '../core/roles';
 
 /**
  * Validation of the keys document:

@@ -1,8 +1,8 @@
 import { createSecretKey, type KeyObject, randomUUID } from 'node:crypto';
 import jwt from 'jsonwebtoken';
-import { AuthenticationError, ConfigurationError } from './errors';
-import type { KeyRecord } from './key-store';
-import { isRole, type Role } from './roles';
+import { AuthenticationError, ConfigurationError } from '../errors';
+import type { KeyRecord } from '../keys/key-store';
+import { isRole, type Role } from '../core/roles';
 
 /**
  * Short-lived access tokens: HS256 JWTs minted from a key pair. `verify()` is the one place a token

@@ -12,8 +12,8 @@ import {
   NotFoundError,
   PayloadTooLargeError,
   UnsupportedMediaTypeError,
-} from './errors';
-import type { Logger } from './types';
+} from '../errors';
+import type { Logger } from '../types';
 
 /**
  * The one place errors become responses:

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { RequestHandler } from 'express';
-import { HeadersTooLargeError, InvalidRequestError } from './errors';
+import { HeadersTooLargeError, InvalidRequestError } from '../errors';
 
 /**
  * Refuses requests whose framing could make the gateway and the upstream see different things

@@ -1,33 +1,25 @@
-import type { RequestHandler } from 'express';
-import type { RequestFacts } from './core/facts';
+import { AuthenticationError, ConfigurationError, InvalidRequestError } from '../errors';
+import { isPlausibleKey } from '../keys/key-format';
+import type { KeyStore } from '../keys/key-store';
+import type { AuthContext } from '../types';
 import { contextOf, hasBrowserSignals, leaked, type SecurityEvent } from './credentials';
-import { AuthenticationError, ConfigurationError, InvalidRequestError } from './errors';
-import { isPlausibleKey } from './key-format';
-import type { KeyStore } from './key-store';
-import type { AuthFailureLimiter } from './rate-limit/auth-failures';
-import type { TokenService } from './tokens';
-import type { AuthContext } from './types';
+import type { RequestFacts } from './facts';
 
 /**
- * `POST /api/v1/auth/generate-token/`: a key pair in the JSON body is exchanged for a short-lived
- * token. Split in two so the IP whitelist and the rate limit can run between them:
- * `authenticateKeyPair()` sets `req.auth`, `issueToken()` answers.
+ * The key pair of the token exchange (`{"api_key", "api_secret"}` in a JSON body), resolved to the
+ * key's identity. A wrong pair, an unknown or a revoked key: the same 401 `invalid_credentials`,
+ * in the same time.
  */
 
-export interface KeyPairOptions {
+export interface KeyPairResolverOptions {
   keyStore: KeyStore;
   /**
    * Refuse the exchange when the request carries browser signals (`Origin`, `Sec-Fetch-*`): the
    * secret key is in a browser, where it can move money. Defaults to `true`.
    */
-  refuseSecretKeysFromBrowsers?: boolean;
+  refuseSecretKeysFromBrowsers?: boolean | undefined;
   /** Called for security events (a secret key seen in a browser); receives the key id only. */
-  onSecurityEvent?: (event: SecurityEvent, req: RequestFacts) => void;
-  /**
-   * The failed-authentication budget (`createAuthFailureLimiter()`): the pair is compared under
-   * it, so a spent budget refuses even the right pair. Defaults to none.
-   */
-  authFailures?: Pick<AuthFailureLimiter, 'queueAttempt'>;
+  onSecurityEvent?: ((event: SecurityEvent, req: RequestFacts) => void) | undefined;
 }
 
 /**
@@ -35,7 +27,7 @@ export interface KeyPairOptions {
  * pair from the parsed body and resolves it to the key's identity, or throws the contract's error.
  */
 export function keyPairResolver(
-  options: Omit<KeyPairOptions, 'authFailures'>,
+  options: KeyPairResolverOptions,
 ): (req: RequestFacts) => AuthContext {
   if (typeof options.keyStore !== 'object') {
     throw new ConfigurationError('authenticateKeyPair(): keyStore is required');
@@ -68,37 +60,6 @@ export function keyPairResolver(
   };
 }
 
-/**
- * Reads `{"api_key", "api_secret"}` (a JSON object with two non-empty strings, else 400) and sets
- * `req.auth` from the key pair. A wrong pair, an unknown or a revoked key: the same 401
- * `invalid_credentials`, in the same time. Mount a JSON body parser before it. Synchronous from the
- * budget check to the comparison and its count.
- */
-export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
-  const compare = keyPairResolver(options);
-  const { authFailures } = options;
-  return function authenticateKeyPairMiddleware(req, _res, next) {
-    if (authFailures !== undefined) {
-      authFailures.queueAttempt(
-        req,
-        () => compare(req),
-        (error, auth) => {
-          if (auth !== undefined) req.auth = auth;
-          next(error);
-        },
-      );
-      return;
-    }
-    try {
-      req.auth = compare(req);
-    } catch (error) {
-      next(error);
-      return;
-    }
-    next();
-  };
-}
-
 function readKeyPair(body: unknown): { apiKey: string; apiSecret: string } {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new InvalidRequestError('The body must be a JSON object with api_key and api_secret');
@@ -116,23 +77,4 @@ function readKeyPair(body: unknown): { apiKey: string; apiSecret: string } {
     throw new InvalidRequestError('api_secret must be a non-empty string');
   }
   return { apiKey, apiSecret };
-}
-
-export interface IssueTokenOptions {
-  tokens: TokenService;
-}
-
-/** Answers `200 {"token", "token_type": "Bearer", "expires_in"}` for the key pair in `req.auth`. */
-export function issueToken(options: IssueTokenOptions): RequestHandler {
-  const { tokens } = options;
-  return function issueTokenHandler(req, res, next) {
-    const auth = req.auth;
-    if (auth === undefined) {
-      next(new AuthenticationError('invalid_credentials'));
-      return;
-    }
-    const issued = tokens.issue({ id: auth.keyId, accountId: auth.accountId, role: auth.role });
-    res.set('Cache-Control', 'no-store');
-    res.json({ token: issued.token, token_type: 'Bearer', expires_in: issued.expiresIn });
-  };
 }

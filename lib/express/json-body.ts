@@ -5,7 +5,7 @@ import {
   InvalidRequestError,
   PayloadTooLargeError,
   UnsupportedMediaTypeError,
-} from './errors';
+} from '../errors';
 
 /**
  * Reads a JSON object body: `application/json` only (415 otherwise, compressed bodies too), at

@@ -1,8 +1,6 @@
-import type { RequestHandler } from 'express';
 import ipRangeCheck from 'ip-range-check';
-import { ConfigurationError, IpNotWhitelistedError } from './errors';
+import { ConfigurationError } from '../errors';
 import { type CidrRange, canonicalClientIp, formatCidr, parseCidrEntry } from './ip-address';
-import type { CredentialKind } from './types';
 
 /** A list of addresses and CIDR ranges, validated and canonicalised once, matched per request. */
 export class IpWhitelist {
@@ -52,39 +50,4 @@ export class IpWhitelist {
   entries(): readonly string[] {
     return this.ranges;
   }
-}
-
-export interface IpWhitelistOptions {
-  /**
-   * A fixed whitelist for every request. Defaults to the authenticated account's own whitelist
-   * (`req.auth.ipWhitelist`); a request whose account has none is not restricted.
-   */
-  whitelist?: IpWhitelist | readonly string[];
-  /** Which credentials are restricted. Defaults to `['secret', 'token']`, as the seed says. */
-  credentials?: readonly CredentialKind[];
-}
-
-/**
- * Refuses with 403 `ip_not_whitelisted` a request from an address outside the whitelist.
- * Mount it after `clientIp()` and `authenticate()`.
- */
-export function requireWhitelistedIp(options: IpWhitelistOptions = {}): RequestHandler {
-  const fixed =
-    options.whitelist === undefined || options.whitelist instanceof IpWhitelist
-      ? options.whitelist
-      : IpWhitelist.parse(options.whitelist, 'requireWhitelistedIp({ whitelist })');
-  const restricted = new Set<CredentialKind>(options.credentials ?? ['secret', 'token']);
-  return function requireWhitelistedIpMiddleware(req, _res, next) {
-    const auth = req.auth;
-    if (auth !== undefined && !restricted.has(auth.credential)) {
-      next();
-      return;
-    }
-    const whitelist = fixed ?? auth?.ipWhitelist;
-    if (whitelist === undefined || whitelist.allows(req.clientIp)) {
-      next();
-      return;
-    }
-    next(new IpNotWhitelistedError());
-  };
 }

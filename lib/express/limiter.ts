@@ -1,10 +1,14 @@
 import type { Request, RequestHandler } from 'express';
 import { ipKeyGenerator, rateLimit, type Store } from 'express-rate-limit';
 import { ConfigurationError, RateLimitedError } from '../errors';
-import type { RedisCommandClient } from './redis-commands';
-import type { RedisHealth } from './redis-health';
-import type { ResilientStore } from './resilient-store';
-import { createScopeStore } from './scope-store';
+import type { ResilientStore } from '../rate-limit/resilient-store';
+import {
+  DEFAULT_PREFIX,
+  DEFAULT_WINDOW_MS,
+  type LimiterRedis,
+  retryAfterSeconds,
+} from '../rate-limit/window';
+import { createScopeStore } from '../rate-limit/scope-store';
 
 /**
  * A fixed-window limiter for one scope, built on express-rate-limit. With `redis`, counts live in
@@ -13,12 +17,6 @@ import { createScopeStore } from './scope-store';
  * a `RateLimitedError` (429 with `Retry-After`); every counted response carries the IETF
  * `RateLimit` and `RateLimit-Policy` headers.
  */
-
-/** A shared Redis connection for limiters: the client and the health tracker built on it. */
-export interface LimiterRedis {
-  client: RedisCommandClient;
-  health: RedisHealth;
-}
 
 export type LimitKey = 'account' | 'ip' | ((req: Request) => string);
 
@@ -52,8 +50,6 @@ export interface RateLimiter {
   readonly store: ResilientStore;
 }
 
-export const DEFAULT_WINDOW_MS = 60_000;
-export const DEFAULT_PREFIX = 'tollgate:rl:';
 const NAME_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 
 export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
@@ -99,16 +95,6 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
     ...(options.logger === undefined ? {} : { logger: options.logger }),
   });
   return { middleware, store };
-}
-
-/** Whole seconds until `resetTime`, rounded up and at least 1: never earlier than the real reset. */
-export function retryAfterSeconds(
-  resetTime: Date | number | undefined,
-  windowMs: number,
-  now = Date.now(),
-): number {
-  const reset = resetTime === undefined ? now + windowMs : Number(resetTime);
-  return Math.max(1, Math.ceil((reset - now) / 1000));
 }
 
 function limitKeyFunction(key: LimitKey): (req: Request) => string {

@@ -1,5 +1,5 @@
-import { isPlausibleKey, KEY_MAX_LENGTH, KEY_MIN_LENGTH } from './key-format';
-import type { KeyStore } from './key-store';
+import { isPlausibleKey, KEY_MAX_LENGTH, KEY_MIN_LENGTH } from '../keys/key-format';
+import type { KeyStore } from '../keys/key-store';
 
 /**
  * Finding credentials in text that must not hold one (query values, path segments bound for a log

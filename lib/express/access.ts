@@ -1,0 +1,63 @@
+import type { RequestHandler } from 'express';
+import { IpWhitelist } from '../core/ip-whitelist';
+import { parseRole, roleRank, type Role } from '../core/roles';
+import { InsufficientRoleError, IpNotWhitelistedError } from '../errors';
+import type { CredentialKind } from '../types';
+
+/**
+ * The access checks as single Express middlewares, for apps that compose their own chain: the IP
+ * whitelist and the role minimum. Each runs after `authenticate()`; `tollgate().protect()` runs
+ * them in the decision core, in an order no caller can get wrong.
+ */
+
+export interface IpWhitelistOptions {
+  /**
+   * A fixed whitelist for every request. Defaults to the authenticated account's own whitelist
+   * (`req.auth.ipWhitelist`); a request whose account has none is not restricted.
+   */
+  whitelist?: IpWhitelist | readonly string[];
+  /** Which credentials are restricted. Defaults to `['secret', 'token']`, as the seed says. */
+  credentials?: readonly CredentialKind[];
+}
+
+/**
+ * Refuses with 403 `ip_not_whitelisted` a request from an address outside the whitelist.
+ * Mount it after `clientIp()` and `authenticate()`.
+ */
+export function requireWhitelistedIp(options: IpWhitelistOptions = {}): RequestHandler {
+  const fixed =
+    options.whitelist === undefined || options.whitelist instanceof IpWhitelist
+      ? options.whitelist
+      : IpWhitelist.parse(options.whitelist, 'requireWhitelistedIp({ whitelist })');
+  const restricted = new Set<CredentialKind>(options.credentials ?? ['secret', 'token']);
+  return function requireWhitelistedIpMiddleware(req, _res, next) {
+    const auth = req.auth;
+    if (auth !== undefined && !restricted.has(auth.credential)) {
+      next();
+      return;
+    }
+    const whitelist = fixed ?? auth?.ipWhitelist;
+    if (whitelist === undefined || whitelist.allows(req.clientIp)) {
+      next();
+      return;
+    }
+    next(new IpNotWhitelistedError());
+  };
+}
+
+/**
+ * Refuses, with 403 `insufficient_role`, a request whose authenticated role is below `minimum`.
+ * Mount it after `authenticate()`; a request without `req.auth` is refused as well.
+ */
+export function requireRole(minimum: Role): RequestHandler {
+  const required = parseRole(minimum, 'requireRole()');
+  const requiredRank = roleRank(required);
+  return function requireRoleMiddleware(req, _res, next) {
+    const auth = req.auth;
+    if (auth === undefined || roleRank(auth.role) < requiredRank) {
+      next(new InsufficientRoleError(required));
+      return;
+    }
+    next();
+  };
+}

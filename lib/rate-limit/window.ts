@@ -1,0 +1,23 @@
+import type { RedisCommandClient } from './redis-commands';
+import type { RedisHealth } from './redis-health';
+
+/** Windows, prefixes and the Redis connection shared by every limit of the kit. */
+
+export const DEFAULT_WINDOW_MS = 60_000;
+export const DEFAULT_PREFIX = 'tollgate:rl:';
+
+/** A shared Redis connection for limiters: the client and the health tracker built on it. */
+export interface LimiterRedis {
+  client: RedisCommandClient;
+  health: RedisHealth;
+}
+
+/** Whole seconds until `resetTime`, rounded up and at least 1: never earlier than the real reset. */
+export function retryAfterSeconds(
+  resetTime: Date | number | undefined,
+  windowMs: number,
+  now = Date.now(),
+): number {
+  const reset = resetTime === undefined ? now + windowMs : Number(resetTime);
+  return Math.max(1, Math.ceil((reset - now) / 1000));
+}
