@@ -1,8 +1,9 @@
 /**
- * Tollgate's middlewares mounted in an ordinary Express 5 app of your own: no gateway, no proxy.
- * The app answers `GET /orders` itself; the kit authenticates the caller (secret key or token),
- * applies the account's IP whitelist, checks the role, counts the request against a per-account
- * limit, throttles credential guessing per IP, and renders every error as the kit's JSON body.
+ * Tollgate mounted in an ordinary Express app of your own (Express 4.21+ or 5): no gateway, no
+ * proxy. The app answers its routes itself; one `protect()` call per route authenticates the
+ * caller (secret key, token or publishable key), applies the account's IP whitelist, checks the
+ * role, counts the request against its limit, throttles credential guessing per IP, and every
+ * refusal is rendered as the kit's JSON body.
  *
  *     npm run example                      # builds, then listens on http://127.0.0.1:3000
  *
@@ -12,41 +13,31 @@
  */
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
-import express, { type Express, type RequestHandler } from 'express';
+import express, { type Express } from 'express';
 import {
-  authenticate,
-  authenticateKeyPair,
   clientErrorHandler,
-  clientIp,
-  createAuthFailureLimiter,
   createLimiterRedis,
-  createRateLimiter,
-  DEFAULT_AUTH_FAILURE_LIMIT,
-  errorHandler,
   FileKeyStore,
   generateKey,
-  issueToken,
-  jsonBody,
   KeyRing,
   type KeyStore,
   type LimiterRedis,
   type Logger,
   notFound,
   type RequestFacts,
-  refuseMalformedRequests,
-  requestId,
-  requireRole,
-  requireWhitelistedIp,
   type Role,
   type SecurityEvent,
   sha256,
   TokenService,
+  tollgate,
 } from '../lib';
 
 /** `GET /orders`: requests per account per minute. */
 export const ORDERS_LIMIT = 100;
 /** `POST /auth/token`: exchanges per account per minute. */
 export const TOKEN_EXCHANGE_LIMIT = 100;
+/** `POST /checkout`: checkouts per client IP per minute. */
+export const CHECKOUT_LIMIT = 30;
 
 export interface ExampleAppOptions {
   keyStore: KeyStore;
@@ -73,87 +64,80 @@ const SILENT: Logger = { info: () => undefined, warn: () => undefined, error: ()
 
 /** Builds the app; it never listens (tests hand it to supertest). */
 export function createExampleApp(options: ExampleAppOptions): ExampleApp {
-  const { keyStore, tokens, redis } = options;
+  const { keyStore, tokens } = options;
   const logger = options.logger ?? SILENT;
-  const shared = {
-    redis,
-    ...(options.redisPrefix === undefined ? {} : { prefix: options.redisPrefix }),
-  };
 
   const app = express();
   app.disable('x-powered-by');
   // The client IP is the socket address. Behind a proxy, set a hop count or the proxy's addresses
   // here (never `true`, which trusts whatever the client writes in X-Forwarded-For).
   app.set('trust proxy', false);
-  // Refuse framing tricks first: a fragment in the target, headers Node would silently drop.
-  app.use(requestId(), refuseMalformedRequests(), clientIp());
+
+  // Built once, at start: the scopes are declared here and checked wherever they are named.
+  const gate = tollgate({
+    keyStore,
+    tokens,
+    scopes: {
+      'auth-token': { limit: TOKEN_EXCHANGE_LIMIT, per: 'account' },
+      orders: { limit: options.ordersLimit ?? ORDERS_LIMIT, per: 'account' },
+      checkout: { limit: CHECKOUT_LIMIT, per: 'ip' },
+    },
+    redis: options.redis,
+    redisPrefix: options.redisPrefix,
+    authFailureLimit: options.authFailureLimit,
+    onSecurityEvent: (event: SecurityEvent, req: RequestFacts) => {
+      logger.warn(
+        { ...event, client_ip: req.clientIp, request_id: req.requestId },
+        'rotate this secret key',
+      );
+    },
+    logger,
+  });
+  // Request id, framing checks (a fragment in the target, headers Node would drop), client IP.
+  app.use(gate.context());
 
   // Routes of your own that need no API key are untouched.
   app.get('/', (_req, res) => {
-    res.json({ service: 'shop', endpoints: ['POST /auth/token', 'GET /orders'] });
+    res.json({
+      service: 'shop',
+      endpoints: ['POST /auth/token', 'GET /orders', 'POST /checkout'],
+    });
   });
-
-  // Built once, at start: one store per scope, never shared between limiters.
-  const authFailures = createAuthFailureLimiter({
-    ...shared,
-    limit: options.authFailureLimit ?? DEFAULT_AUTH_FAILURE_LIMIT,
-  });
-  const tokenLimiter = createRateLimiter({
-    ...shared,
-    name: 'auth-token',
-    limit: TOKEN_EXCHANGE_LIMIT,
-  });
-  const ordersLimiter = createRateLimiter({
-    ...shared,
-    name: 'orders',
-    limit: options.ordersLimit ?? ORDERS_LIMIT,
-  });
-  const onSecurityEvent = (event: SecurityEvent, req: RequestFacts): void => {
-    logger.warn(
-      { ...event, client_ip: req.clientIp, request_id: req.requestId },
-      'rotate this secret key',
-    );
-  };
 
   // Key pair in, short-lived token out.
-  app.post(
-    '/auth/token',
-    authFailures.guard,
-    jsonBody(),
-    // Compared under the failed-authentication budget: a spent budget refuses even the right pair.
-    authenticateKeyPair({ keyStore, authFailures }),
-    requireWhitelistedIp(),
-    tokenLimiter.middleware,
-    issueToken({ tokens }),
-    authFailures.recordFailure,
-  );
+  app.post('/auth/token', gate.tokenExchange({ limit: 'auth-token' }));
 
   // A route of your own, answered by your own handler once every check has passed.
-  const listOrders: RequestHandler = (req, res) => {
-    res.json({
-      account_id: req.auth?.accountId,
-      orders: [{ id: 'ord_1001', amount: '49.90', currency: 'EUR', state: 'PAID' }],
-    });
-  };
   app.get(
     '/orders',
-    authFailures.guard,
-    authenticate({ keyStore, tokens, accept: ['secret', 'token'], onSecurityEvent, authFailures }),
-    requireWhitelistedIp(),
-    requireRole('level-2'),
-    ordersLimiter.middleware,
-    listOrders,
-    authFailures.recordFailure,
+    gate.protect({ accept: ['secret', 'token'], role: 'level-2', limit: 'orders' }),
+    (req, res) => {
+      res.json({
+        account_id: req.auth?.accountId,
+        orders: [{ id: 'ord_1001', amount: '49.90', currency: 'EUR', state: 'PAID' }],
+      });
+    },
+  );
+
+  // A browser route: the shop's page calls it with the publishable key (header or JSON body).
+  const checkoutCors = gate.cors({ methods: ['POST'] });
+  app.options('/checkout', checkoutCors);
+  app.post(
+    '/checkout',
+    checkoutCors,
+    gate.protect({ accept: ['publishable'], limit: 'checkout' }),
+    (req, res) => {
+      res.status(201).json({ account_id: req.auth?.accountId, checkout_id: 'chk_1001' });
+    },
   );
 
   app.use(notFound());
-  app.use(errorHandler({ logger }));
+  app.use(gate.errorHandler());
 
   return {
     app,
     shutdown: () => {
-      for (const store of [authFailures.store, tokenLimiter.store, ordersLimiter.store])
-        store.shutdown();
+      gate.close();
     },
   };
 }

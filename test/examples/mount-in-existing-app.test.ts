@@ -287,6 +287,38 @@ describe('the kit mounted in an existing Express app (examples/mount-in-existing
     expect(elsewhere.status).toBe(200);
   });
 
+  it('serves the browser route to a publishable key in the header or the body, with CORS, and refuses a secret key there', async () => {
+    const { publishableKey, secretKey } = example.fixtures.keys.level1;
+    const preflight = await request(example.server)
+      .options('/checkout')
+      .set('Origin', 'https://shop.example')
+      .set('Access-Control-Request-Method', 'POST')
+      .set('Access-Control-Request-Headers', 'content-type, x-service-public-api-key');
+    expect(preflight.status).toBe(204);
+    expect(preflight.headers['access-control-allow-origin']).toBe('*');
+    expect(preflight.headers['access-control-allow-headers']).toMatch(/X-Service-Public-API-Key/i);
+    expect(preflight.headers['access-control-allow-credentials']).toBeUndefined();
+
+    const inHeader = await request(example.server)
+      .post('/checkout')
+      .set('Origin', 'https://shop.example')
+      .set('X-Service-Public-API-Key', publishableKey);
+    expect(inHeader.status).toBe(201);
+    expect(inHeader.body).toEqual({ account_id: 'acct_open', checkout_id: 'chk_1001' });
+    expect(inHeader.headers['access-control-allow-origin']).toBe('*');
+    expect(inHeader.headers['ratelimit-policy']).toMatch(/^"checkout"; q=30; w=60;/);
+
+    const inBody = await request(example.server)
+      .post('/checkout')
+      .send({ public_key: publishableKey, amount: '10.00' });
+    expect(inBody.status).toBe(201);
+
+    const secret = await request(example.server)
+      .post('/checkout')
+      .set('Authorization', `Bearer ${secretKey}`);
+    expectErrorBody(secret, 401, 'credential_not_allowed');
+  });
+
   it("leaves the app's own routes alone and answers unknown paths with 404 not_found", async () => {
     const home = await request(example.server).get('/');
     expect(home.status).toBe(200);
