@@ -1,5 +1,5 @@
 /**
- * Every failure the kit reports is a `GatewayError`: an HTTP status, a stable machine-readable
+ * Every failure the kit reports is a `TollgateError`: an HTTP status, a stable machine-readable
  * `code` and a message that is safe to show to the client. The error handler (`error-handler.ts`)
  * is the only place that turns one into a response.
  */
@@ -27,8 +27,8 @@ export const ERROR_CODES = [
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
-export class GatewayError extends Error {
-  override readonly name: string = 'GatewayError';
+export class TollgateError extends Error {
+  override readonly name: string = 'TollgateError';
 
   constructor(
     readonly status: number,
@@ -41,7 +41,12 @@ export class GatewayError extends Error {
   }
 }
 
-export class InvalidRequestError extends GatewayError {
+/** @deprecated The former name of `TollgateError`, the same class. */
+export const GatewayError = TollgateError;
+/** @deprecated The former name of `TollgateError`. */
+export type GatewayError = TollgateError;
+
+export class InvalidRequestError extends TollgateError {
   override readonly name = 'InvalidRequestError';
   constructor(message: string) {
     super(400, 'invalid_request', message);
@@ -58,7 +63,7 @@ const AUTHENTICATION_MESSAGES = {
 } as const;
 
 /** A 401. `code` says which: missing, wrong API key, wrong pair, bad or expired token, wrong kind. */
-export class AuthenticationError extends GatewayError {
+export class AuthenticationError extends TollgateError {
   override readonly name = 'AuthenticationError';
   constructor(
     code:
@@ -74,35 +79,35 @@ export class AuthenticationError extends GatewayError {
   }
 }
 
-export class IpNotWhitelistedError extends GatewayError {
+export class IpNotWhitelistedError extends TollgateError {
   override readonly name = 'IpNotWhitelistedError';
   constructor() {
     super(403, 'ip_not_whitelisted', 'Access denied: IP not whitelisted.');
   }
 }
 
-export class InsufficientRoleError extends GatewayError {
+export class InsufficientRoleError extends TollgateError {
   override readonly name = 'InsufficientRoleError';
   constructor(required: string) {
     super(403, 'insufficient_role', `This action requires the role ${required} or higher`);
   }
 }
 
-export class NotFoundError extends GatewayError {
+export class NotFoundError extends TollgateError {
   override readonly name = 'NotFoundError';
   constructor() {
     super(404, 'not_found', 'Not found');
   }
 }
 
-export class MethodNotAllowedError extends GatewayError {
+export class MethodNotAllowedError extends TollgateError {
   override readonly name = 'MethodNotAllowedError';
   constructor(allowed: readonly string[]) {
     super(405, 'method_not_allowed', 'Method not allowed', { Allow: allowed.join(', ') });
   }
 }
 
-export class PayloadTooLargeError extends GatewayError {
+export class PayloadTooLargeError extends TollgateError {
   override readonly name = 'PayloadTooLargeError';
   constructor() {
     // The body is left unread: close the connection rather than read or skip it.
@@ -110,21 +115,21 @@ export class PayloadTooLargeError extends GatewayError {
   }
 }
 
-export class HeadersTooLargeError extends GatewayError {
+export class HeadersTooLargeError extends TollgateError {
   override readonly name = 'HeadersTooLargeError';
   constructor() {
     super(431, 'headers_too_large', 'Request headers too large', { Connection: 'close' });
   }
 }
 
-export class UnsupportedMediaTypeError extends GatewayError {
+export class UnsupportedMediaTypeError extends TollgateError {
   override readonly name = 'UnsupportedMediaTypeError';
   constructor(message = 'Content-Type must be application/json') {
     super(415, 'unsupported_media_type', message);
   }
 }
 
-export class RateLimitedError extends GatewayError {
+export class RateLimitedError extends TollgateError {
   override readonly name = 'RateLimitedError';
   constructor(
     readonly retryAfterSeconds: number,
@@ -138,7 +143,7 @@ export class RateLimitedError extends GatewayError {
   }
 }
 
-export class UpstreamError extends GatewayError {
+export class UpstreamError extends TollgateError {
   override readonly name = 'UpstreamError';
   constructor(kind: 'unavailable' | 'timeout') {
     super(
@@ -151,7 +156,7 @@ export class UpstreamError extends GatewayError {
   }
 }
 
-export class InternalError extends GatewayError {
+export class InternalError extends TollgateError {
   override readonly name = 'InternalError';
   constructor() {
     super(500, 'internal_error', 'Internal error');

@@ -1,7 +1,7 @@
 import { credentialResolver, credentialsInQuery, leaked, type SecurityEvent } from './credentials';
 import {
   ConfigurationError,
-  GatewayError,
+  TollgateError,
   InsufficientRoleError,
   InvalidRequestError,
   IpNotWhitelistedError,
@@ -111,7 +111,7 @@ export type Decision =
     }
   | {
       readonly allowed: false;
-      readonly error: GatewayError;
+      readonly error: TollgateError;
       readonly auth: AuthContext | undefined;
       readonly headers: readonly HeaderPair[];
     };
@@ -349,6 +349,6 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
 }
 
 /** A refusal of the contract (4xx), as opposed to a fault. */
-function isRefusal(error: unknown): error is GatewayError {
-  return error instanceof GatewayError && error.status < 500;
+function isRefusal(error: unknown): error is TollgateError {
+  return error instanceof TollgateError && error.status < 500;
 }

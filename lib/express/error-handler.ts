@@ -4,7 +4,7 @@ import type { Duplex } from 'node:stream';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import {
   type ErrorCode,
-  GatewayError,
+  TollgateError,
   HeadersTooLargeError,
   InternalError,
   InvalidRequestError,
@@ -31,7 +31,7 @@ export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHan
   const { logger } = options;
   return function errorHandlerMiddleware(error: unknown, req, res, _next) {
     const gatewayError = toGatewayError(error);
-    if (gatewayError.status >= 500 && !(error instanceof GatewayError)) {
+    if (gatewayError.status >= 500 && !(error instanceof TollgateError)) {
       logger?.error({ request_id: req.requestId, error: describeError(error) }, 'unexpected error');
     }
     if (res.headersSent) {
@@ -50,9 +50,9 @@ export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHan
   };
 }
 
-/** The `GatewayError` for any thrown value; errors of unknown kinds become `InternalError`. */
-export function toGatewayError(error: unknown): GatewayError {
-  if (error instanceof GatewayError) return error;
+/** The `TollgateError` for any thrown value; errors of unknown kinds become `InternalError`. */
+export function toGatewayError(error: unknown): TollgateError {
+  if (error instanceof TollgateError) return error;
   const type =
     typeof error === 'object' && error !== null ? (error as { type?: unknown }).type : undefined;
   switch (type) {
@@ -73,7 +73,7 @@ export function toGatewayError(error: unknown): GatewayError {
 }
 
 /** Errors from Express itself (e.g. a malformed percent-encoding in a path) carry a 4xx `status`. */
-function fromHttpError(error: unknown): GatewayError {
+function fromHttpError(error: unknown): TollgateError {
   const status =
     typeof error === 'object' && error !== null
       ? (error as { status?: unknown }).status

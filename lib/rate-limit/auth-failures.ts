@@ -1,5 +1,5 @@
 import { ipKeyGenerator } from 'express-rate-limit';
-import { ConfigurationError, GatewayError, RateLimitedError } from '../errors';
+import { ConfigurationError, TollgateError, RateLimitedError } from '../errors';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './window';
 import type { ResilientStore } from './resilient-store';
 import { createScopeStore } from './scope-store';
@@ -126,7 +126,7 @@ export function createAuthFailureLimiter(
   // Failures told to Redis and not yet answered, by IP: the IP's next attempt waits for them.
   const pending = new Map<string, Promise<void>>();
   // Errors `attempt()` has counted, so that `recordFailure` does not count them again.
-  const counted = new WeakSet<GatewayError>();
+  const counted = new WeakSet<TollgateError>();
 
   const localWindow = (key: string, at: number): Window | undefined => {
     const window = windows.get(key);
@@ -269,6 +269,6 @@ const COUNTED_CODES: ReadonlySet<string> = new Set([
   'ip_not_whitelisted',
 ]);
 
-function countsAsFailure(error: unknown): error is GatewayError {
-  return error instanceof GatewayError && COUNTED_CODES.has(error.code);
+function countsAsFailure(error: unknown): error is TollgateError {
+  return error instanceof TollgateError && COUNTED_CODES.has(error.code);
 }
