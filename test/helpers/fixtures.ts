@@ -36,6 +36,17 @@ function typedKey(
   };
 }
 
+/** A key's entry in the keys file: the secret's digest, never the secret. */
+function entry(key: TestKey, withRole = true) {
+  return {
+    id: key.id,
+    publishableKey: key.publishableKey,
+    secretKeySha256: sha256(key.secretKey).toString('hex'),
+    ...(withRole ? { role: key.role } : {}),
+    ...(key.revoked === true ? { revoked: true } : {}),
+  };
+}
+
 export function createFixtures() {
   const keys = {
     level1: typedKey('key_l1', 'acct_open', 'level-1'),
@@ -53,13 +64,6 @@ export function createFixtures() {
     walled: typedKey('key_walled', 'acct_walled', 'administrator'),
   } satisfies Record<string, TestKey>;
 
-  const entry = (key: TestKey, withRole = true) => ({
-    id: key.id,
-    publishableKey: key.publishableKey,
-    secretKeySha256: sha256(key.secretKey).toString('hex'),
-    ...(withRole ? { role: key.role } : {}),
-    ...(key.revoked === true ? { revoked: true } : {}),
-  });
   const document = {
     accounts: [
       {
@@ -79,6 +83,22 @@ export function createFixtures() {
 }
 
 export type Fixtures = ReturnType<typeof createFixtures>;
+
+/**
+ * `fixtures` with one more key in its account (`key.accountId`, which must exist), in a new ring:
+ * for keys of a shape the fixtures do not hold. `keys` and `allSecrets()` do not list it.
+ */
+export function withExtraKey(fixtures: Fixtures, key: TestKey): Fixtures {
+  if (!fixtures.document.accounts.some((account) => account.id === key.accountId)) {
+    throw new Error(`withExtraKey: no account ${key.accountId} in the fixtures`);
+  }
+  const document = {
+    accounts: fixtures.document.accounts.map((account) =>
+      account.id === key.accountId ? { ...account, keys: [...account.keys, entry(key)] } : account,
+    ),
+  };
+  return { ...fixtures, document, ring: KeyRing.fromDocument(document, 'test fixtures') };
+}
 
 /** Every secret of the fixtures, to assert none ever appears in a response or a log line. */
 export function allSecrets(fixtures: Fixtures): string[] {

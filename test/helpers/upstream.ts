@@ -32,6 +32,22 @@ export const defaultResponder: Responder = (request, res) => {
   res.end(body);
 };
 
+/**
+ * A responder that answers every request with `status` (any number Node writes, 100 to 999),
+ * exactly these headers (plus `Content-Length`) and `body`: for what an upstream should never
+ * pass to a client.
+ */
+export function replyWith(
+  status: number,
+  headers: Readonly<Record<string, string>>,
+  body: string,
+): Responder {
+  return (_request, res) => {
+    res.writeHead(status, { ...headers, 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  };
+}
+
 export async function startRecordingUpstream(): Promise<RecordingUpstream> {
   const requests: RecordedRequest[] = [];
   const upstream = {

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import type { Request } from 'express';
 import { presentedCredential } from '../../lib/core/credentials';
-import { GatewayError, InvalidRequestError } from '../../lib/errors';
+import { TollgateError, InvalidRequestError } from '../../lib/errors';
 import { ROUTES } from '../../gateway/routes';
 import { startTestGateway, type TestGateway } from '../helpers/gateway';
 import { expectSafeAnswer, expectSafeLogs, UNTHROTTLED } from '../security/hostile-cases';
@@ -110,7 +110,7 @@ function fakeRequest(headers: Record<string, string[]>, body: unknown): Request 
 describe('presentedCredential', () => {
   const headerValues = fc.array(headerValue, { minLength: 1, maxLength: 3 });
 
-  it('returns a credential or throws a GatewayError, never anything else', () => {
+  it('returns a credential or throws a TollgateError, never anything else', () => {
     fc.assert(
       fc.property(
         fc.option(headerValues, { nil: undefined }),
@@ -131,9 +131,9 @@ describe('presentedCredential', () => {
             );
             expect(['secret', 'token', 'publishable']).toContain(credential.kind);
           } catch (error) {
-            expect(error).toBeInstanceOf(GatewayError);
-            expect((error as GatewayError).status).toBeGreaterThanOrEqual(400);
-            expect((error as GatewayError).status).toBeLessThan(500);
+            expect(error).toBeInstanceOf(TollgateError);
+            expect((error as TollgateError).status).toBeGreaterThanOrEqual(400);
+            expect((error as TollgateError).status).toBeLessThan(500);
           }
         },
       ),
@@ -152,7 +152,7 @@ describe('presentedCredential', () => {
             'X-Service-Public-API-Key',
           ).value;
         } catch (error) {
-          expect(error).toBeInstanceOf(GatewayError);
+          expect(error).toBeInstanceOf(TollgateError);
         }
         const readable = /^[\x21-\x7e]+$/.test(value) && header.length <= 2048;
         expect(found).toBe(readable ? value : undefined);

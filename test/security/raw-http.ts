@@ -15,6 +15,8 @@ export interface RawResponse {
   readonly body: Record<string, unknown> | undefined;
   /** Everything received, for leak checks. */
   readonly raw: string;
+  /** True when the server ended or reset the connection (rather than the client letting go). */
+  readonly closedByServer: boolean;
 }
 
 export interface RawRequestOptions {
@@ -25,6 +27,11 @@ export interface RawRequestOptions {
   from?: string;
   /** Give up after this many ms (the socket is destroyed). Defaults to 3000. */
   timeoutMs?: number;
+  /**
+   * After a complete answer, wait (until the timeout) for the server to close the connection, and
+   * say in `closedByServer` whether it did. Defaults to false: resolve at the first answer.
+   */
+  awaitClose?: boolean;
 }
 
 /** Writes `bytes`, half-closes nothing, and resolves with the first response on the connection. */
@@ -36,16 +43,22 @@ export function sendRaw(options: RawRequestOptions): Promise<RawResponse> {
       ...(options.from === undefined ? {} : { localAddress: options.from }),
     });
     const chunks: Buffer[] = [];
+    const awaitClose = options.awaitClose ?? false;
     let done = false;
+    let closedByServer = false;
     const finish = (): void => {
       if (done) return;
       done = true;
       clearTimeout(timer);
       socket.destroy();
-      resolve(parseResponse(Buffer.concat(chunks)));
+      resolve(parseResponse(Buffer.concat(chunks), closedByServer));
     };
     const timer = setTimeout(() => {
       if (done) return;
+      if (awaitClose && isComplete(Buffer.concat(chunks))) {
+        finish();
+        return;
+      }
       done = true;
       socket.destroy();
       reject(new Error(`no complete answer within ${options.timeoutMs ?? 3000} ms`));
@@ -53,13 +66,17 @@ export function sendRaw(options: RawRequestOptions): Promise<RawResponse> {
     socket.on('connect', () => socket.write(options.bytes));
     socket.on('data', (chunk: Buffer) => {
       chunks.push(chunk);
-      if (isComplete(Buffer.concat(chunks))) finish();
+      if (!awaitClose && isComplete(Buffer.concat(chunks))) finish();
     });
-    socket.on('end', finish);
-    socket.on('close', finish);
+    const closed = (): void => {
+      closedByServer = true;
+      finish();
+    };
+    socket.on('end', closed);
+    socket.on('close', closed);
     socket.on('error', (error: NodeJS.ErrnoException) => {
       // A reset after the server answered still counts as an answer.
-      if (chunks.length > 0 || error.code === 'ECONNRESET' || error.code === 'EPIPE') finish();
+      if (chunks.length > 0 || error.code === 'ECONNRESET' || error.code === 'EPIPE') closed();
       else if (!done) {
         done = true;
         clearTimeout(timer);
@@ -79,12 +96,23 @@ export interface RawRequestParts {
   contentLength?: boolean;
   /** Line ending. Defaults to CRLF. */
   eol?: string;
+  /** Leave out the `Host` line. Defaults to false. */
+  withoutHost?: boolean;
+  /** Leave out `Connection: close` (the connection is kept alive). Defaults to false. */
+  keepAlive?: boolean;
 }
 
-/** Builds a request with `Host` and `Connection: close` first, then the given headers verbatim. */
+/**
+ * Builds a request with `Host` and `Connection: close` first (unless left out), then the given
+ * headers verbatim.
+ */
 export function rawRequest(parts: RawRequestParts): Buffer {
   const eol = parts.eol ?? '\r\n';
-  const headers = [['Host', '127.0.0.1'], ['Connection', 'close'], ...(parts.headers ?? [])];
+  const headers: (readonly [string, string])[] = [
+    ...(parts.withoutHost === true ? [] : [['Host', '127.0.0.1'] as const]),
+    ...(parts.keepAlive === true ? [] : [['Connection', 'close'] as const]),
+    ...(parts.headers ?? []),
+  ];
   const body = parts.body === undefined ? Buffer.alloc(0) : Buffer.from(parts.body);
   const named = (name: string): boolean =>
     headers.some(([header]) => header.toLowerCase() === name);
@@ -100,7 +128,7 @@ export function rawRequest(parts: RawRequestParts): Buffer {
   return Buffer.concat([Buffer.from(head, 'latin1'), body]);
 }
 
-function parseResponse(data: Buffer): RawResponse {
+function parseResponse(data: Buffer, closedByServer: boolean): RawResponse {
   const raw = data.toString('utf8');
   const headEnd = raw.indexOf('\r\n\r\n');
   const head = headEnd === -1 ? raw : raw.slice(0, headEnd);
@@ -120,7 +148,7 @@ function parseResponse(data: Buffer): RawResponse {
   } catch {
     body = undefined;
   }
-  return { status, headers, text, body, raw };
+  return { status, headers, text, body, raw, closedByServer };
 }
 
 function isComplete(data: Buffer): boolean {

@@ -8,7 +8,7 @@ import {
 import { authenticate } from '../../lib/express/authenticate';
 import {
   AuthenticationError,
-  GatewayError,
+  TollgateError,
   InvalidRequestError,
   RateLimitedError,
 } from '../../lib/errors';
@@ -38,12 +38,12 @@ function fakeRequest(headers: Record<string, string | string[]> = {}, body?: unk
   return { headersDistinct: distinct, headers: first, body, query: {} } as unknown as Request;
 }
 
-function refusal(req: Request, header = HEADER): GatewayError {
+function refusal(req: Request, header = HEADER): TollgateError {
   try {
     presentedCredential(req, header);
   } catch (error) {
-    expect(error).toBeInstanceOf(GatewayError);
-    return error as GatewayError;
+    expect(error).toBeInstanceOf(TollgateError);
+    return error as TollgateError;
   }
   throw new Error('a credential was found');
 }
@@ -298,7 +298,7 @@ describe('authenticate() on a route that takes secret keys only', () => {
     const guesses = [
       'aaaa.bbbb.cccc-0123456789',
       'eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.sig-xyz',
-    ].map((guess) => run(middleware, guess).error as GatewayError);
+    ].map((guess) => run(middleware, guess).error as TollgateError);
     const right = run(middleware, keys.level2.secretKey);
 
     expect(refusedToken.code).toBe('credential_not_allowed');

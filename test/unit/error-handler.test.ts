@@ -1,7 +1,7 @@
 import { toGatewayError } from '../../lib/express/error-handler';
 import {
   AuthenticationError,
-  GatewayError,
+  TollgateError,
   InternalError,
   IpNotWhitelistedError,
   RateLimitedError,
@@ -24,7 +24,7 @@ describe('toGatewayError', () => {
     [new IpNotWhitelistedError()],
     [new RateLimitedError(12)],
     [new UpstreamError('timeout')],
-  ])('returns a GatewayError as it is: %p', (error) => {
+  ])('returns a TollgateError as it is: %p', (error) => {
     expect(toGatewayError(error)).toBe(error);
   });
 
@@ -43,7 +43,7 @@ describe('toGatewayError', () => {
       `Unexpected token } in JSON at position 12: {"api_secret":"sk_x"`,
     );
     const mapped = toGatewayError(original);
-    expect(mapped).toBeInstanceOf(GatewayError);
+    expect(mapped).toBeInstanceOf(TollgateError);
     expect(mapped).toMatchObject({ status: expectedStatus, code });
     expect(mapped.message).not.toContain('api_secret');
     expect(mapped.message).not.toContain('Unexpected token');
