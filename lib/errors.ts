@@ -163,6 +163,21 @@ export class InternalError extends TollgateError {
   }
 }
 
+/**
+ * A middleware of the kit ran without a step it depends on (e.g. `requireRole()` before
+ * `authenticate()`): the request fails closed, `500 internal_error` with nothing of this shown to
+ * the client, and the error handler logs `name` and `code`, which names the missing step.
+ */
+export class MisconfigurationError extends Error {
+  override readonly name = 'TollgateMisconfiguration';
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 /** Thrown at creation time for invalid options or configuration: fail fast, name the culprit. */
 export class ConfigurationError extends TypeError {
   override readonly name = 'ConfigurationError';

@@ -144,6 +144,8 @@ export {
 } from './express/json-body';
 export {
   errorHandler,
+  toTollgateError,
+  // eslint-disable-next-line @typescript-eslint/no-deprecated -- kept for existing users
   toGatewayError,
   notFound,
   methodNotAllowed,

@@ -1,7 +1,8 @@
 import type { RequestHandler } from 'express';
 import { IpWhitelist } from '../core/ip-whitelist';
 import { parseRole, roleRank, type Role } from '../core/roles';
-import { InsufficientRoleError, IpNotWhitelistedError } from '../errors';
+import { InsufficientRoleError, IpNotWhitelistedError, MisconfigurationError } from '../errors';
+import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
 import type { CredentialKind } from '../types';
 
 /**
@@ -18,11 +19,17 @@ export interface IpWhitelistOptions {
   whitelist?: IpWhitelist | readonly string[];
   /** Which credentials are restricted. Defaults to `['secret', 'token']`, as the seed says. */
   credentials?: readonly CredentialKind[];
+  /**
+   * The failed-authentication budget: a refusal here counts against the client IP's, wherever
+   * `recordFailure` is mounted. Defaults to none.
+   */
+  authFailures?: Pick<AuthFailureLimiter, 'record'>;
 }
 
 /**
  * Refuses with 403 `ip_not_whitelisted` a request from an address outside the whitelist.
- * Mount it after `clientIp()` and `authenticate()`.
+ * Mount it after `clientIp()` and `authenticate()`: without a fixed `whitelist`, a request that
+ * `authenticate()` has not seen fails closed (`500`, a logged misconfiguration), never open.
  */
 export function requireWhitelistedIp(options: IpWhitelistOptions = {}): RequestHandler {
   const fixed =
@@ -30,8 +37,18 @@ export function requireWhitelistedIp(options: IpWhitelistOptions = {}): RequestH
       ? options.whitelist
       : IpWhitelist.parse(options.whitelist, 'requireWhitelistedIp({ whitelist })');
   const restricted = new Set<CredentialKind>(options.credentials ?? ['secret', 'token']);
+  const { authFailures } = options;
   return function requireWhitelistedIpMiddleware(req, _res, next) {
     const auth = req.auth;
+    if (auth === undefined && fixed === undefined) {
+      next(
+        new MisconfigurationError(
+          'requireWhitelistedIp_before_authenticate',
+          'requireWhitelistedIp() ran before authenticate(): it needs the account to know its whitelist',
+        ),
+      );
+      return;
+    }
     if (auth !== undefined && !restricted.has(auth.credential)) {
       next();
       return;
@@ -41,20 +58,32 @@ export function requireWhitelistedIp(options: IpWhitelistOptions = {}): RequestH
       next();
       return;
     }
-    next(new IpNotWhitelistedError());
+    const refusal = new IpNotWhitelistedError();
+    authFailures?.record(req, refusal);
+    next(refusal);
   };
 }
 
 /**
  * Refuses, with 403 `insufficient_role`, a request whose authenticated role is below `minimum`.
- * Mount it after `authenticate()`; a request without `req.auth` is refused as well.
+ * Mount it after `authenticate()`: a request that `authenticate()` has not seen fails closed
+ * (`500`, a logged misconfiguration).
  */
 export function requireRole(minimum: Role): RequestHandler {
   const required = parseRole(minimum, 'requireRole()');
   const requiredRank = roleRank(required);
   return function requireRoleMiddleware(req, _res, next) {
     const auth = req.auth;
-    if (auth === undefined || roleRank(auth.role) < requiredRank) {
+    if (auth === undefined) {
+      next(
+        new MisconfigurationError(
+          'requireRole_before_authenticate',
+          'requireRole() ran before authenticate(): there is no role to check',
+        ),
+      );
+      return;
+    }
+    if (roleRank(auth.role) < requiredRank) {
       next(new InsufficientRoleError(required));
       return;
     }

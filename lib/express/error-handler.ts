@@ -30,8 +30,8 @@ export interface ErrorHandlerOptions {
 export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHandler {
   const { logger } = options;
   return function errorHandlerMiddleware(error: unknown, req, res, _next) {
-    const gatewayError = toGatewayError(error);
-    if (gatewayError.status >= 500 && !(error instanceof TollgateError)) {
+    const tollgateError = toTollgateError(error);
+    if (tollgateError.status >= 500 && !(error instanceof TollgateError)) {
       logger?.error({ request_id: req.requestId, error: describeError(error) }, 'unexpected error');
     }
     if (res.headersSent) {
@@ -39,19 +39,19 @@ export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHan
       res.destroy();
       return;
     }
-    for (const [name, value] of Object.entries(gatewayError.headers)) res.setHeader(name, value);
+    for (const [name, value] of Object.entries(tollgateError.headers)) res.setHeader(name, value);
     res.setHeader('Cache-Control', 'no-store');
-    res.status(gatewayError.status).json({
-      status: gatewayError.status,
-      code: gatewayError.code,
-      message: gatewayError.message,
+    res.status(tollgateError.status).json({
+      status: tollgateError.status,
+      code: tollgateError.code,
+      message: tollgateError.message,
       request_id: req.requestId ?? null,
     });
   };
 }
 
 /** The `TollgateError` for any thrown value; errors of unknown kinds become `InternalError`. */
-export function toGatewayError(error: unknown): TollgateError {
+export function toTollgateError(error: unknown): TollgateError {
   if (error instanceof TollgateError) return error;
   const type =
     typeof error === 'object' && error !== null ? (error as { type?: unknown }).type : undefined;
@@ -71,6 +71,9 @@ export function toGatewayError(error: unknown): TollgateError {
       return fromHttpError(error);
   }
 }
+
+/** @deprecated The former name of `toTollgateError`. */
+export const toGatewayError = toTollgateError;
 
 /** Errors from Express itself (e.g. a malformed percent-encoding in a path) carry a 4xx `status`. */
 function fromHttpError(error: unknown): TollgateError {

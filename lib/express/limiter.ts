@@ -1,6 +1,6 @@
 import type { Request, RequestHandler } from 'express';
 import { ipKeyGenerator, rateLimit, type Store } from 'express-rate-limit';
-import { ConfigurationError, RateLimitedError } from '../errors';
+import { ConfigurationError, MisconfigurationError, RateLimitedError } from '../errors';
 import type { ResilientStore } from '../rate-limit/resilient-store';
 import {
   DEFAULT_PREFIX,
@@ -28,8 +28,9 @@ export interface RateLimiterOptions {
   /** Window length in milliseconds. Defaults to 60 000. */
   windowMs?: number;
   /**
-   * What is counted: `'account'` (the authenticated account; an unauthenticated request by its
-   * client IP), `'ip'` (the client IP, IPv6 by /56 network) or a function. Defaults to `'account'`.
+   * What is counted: `'account'` (the authenticated account: mount the limiter after
+   * `authenticate()`, else the request fails closed), `'ip'` (the client IP, IPv6 by /56 network)
+   * or a function. Defaults to `'account'`.
    */
   key?: LimitKey;
   /** Shared counters in Redis. Defaults to none: in-memory counters. */
@@ -77,8 +78,9 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
     redis: options.redis,
     expectedInstances: options.expectedInstances,
   });
-  const keyOf = limitKeyFunction(options.key ?? 'account');
-  const middleware = rateLimit({
+  const key = options.key ?? 'account';
+  const keyOf = limitKeyFunction(key);
+  const limiter = rateLimit({
     windowMs,
     limit,
     store: store as Store,
@@ -94,7 +96,48 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
     validate: { trustProxy: false, xForwardedForHeader: false, forwardedHeader: false, ip: false },
     ...(options.logger === undefined ? {} : { logger: options.logger }),
   });
+  const middleware: RequestHandler = function rateLimitMiddleware(req, res, next) {
+    const misconfiguration = misplaced(req, key, prefix, name);
+    if (misconfiguration !== undefined) {
+      next(misconfiguration);
+      return;
+    }
+    // express-rate-limit's middleware is async: settle its promise here, for Express 4.
+    Promise.resolve(limiter(req, res, next)).catch(next);
+  };
   return { middleware, store };
+}
+
+/** The scopes (by prefix) each request has been counted in, to refuse counting one twice. */
+const countedScopes = new WeakMap<Request, Set<string>>();
+
+/**
+ * Why this limiter must not count this request, if it must not: a per-account limiter before
+ * `authenticate()` (it would count per IP, sharing one bucket between accounts), or a second
+ * limiter of the same name and prefix on one request (it would count it twice).
+ */
+function misplaced(
+  req: Request,
+  key: LimitKey,
+  scope: string,
+  name: string,
+): MisconfigurationError | undefined {
+  if (key === 'account' && req.auth === undefined) {
+    return new MisconfigurationError(
+      'account_limiter_before_authenticate',
+      `createRateLimiter(${name}) counts per account but ran before authenticate()`,
+    );
+  }
+  const scopes = countedScopes.get(req) ?? new Set<string>();
+  if (scopes.has(scope)) {
+    return new MisconfigurationError(
+      'limiter_counted_twice',
+      `two limiters named ${name} counted the same request`,
+    );
+  }
+  scopes.add(scope);
+  countedScopes.set(req, scopes);
+  return undefined;
 }
 
 function limitKeyFunction(key: LimitKey): (req: Request) => string {
@@ -102,5 +145,6 @@ function limitKeyFunction(key: LimitKey): (req: Request) => string {
   const byIp = (req: Request): string =>
     `ip:${ipKeyGenerator(req.clientIp ?? req.ip ?? 'unknown', 56)}`;
   if (key === 'ip') return byIp;
+  // Only reached with `req.auth` set: `misplaced()` refuses a request `authenticate()` has not seen.
   return (req) => (req.auth === undefined ? byIp(req) : `account:${req.auth.accountId}`);
 }

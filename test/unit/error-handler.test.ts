@@ -1,4 +1,4 @@
-import { toGatewayError } from '../../lib/express/error-handler';
+import { toTollgateError } from '../../lib/express/error-handler';
 import {
   AuthenticationError,
   TollgateError,
@@ -18,14 +18,14 @@ function bodyParserError(type: string, status: number, message: string): Error {
   });
 }
 
-describe('toGatewayError', () => {
+describe('toTollgateError', () => {
   it.each([
     [new AuthenticationError('expired_token')],
     [new IpNotWhitelistedError()],
     [new RateLimitedError(12)],
     [new UpstreamError('timeout')],
   ])('returns a TollgateError as it is: %p', (error) => {
-    expect(toGatewayError(error)).toBe(error);
+    expect(toTollgateError(error)).toBe(error);
   });
 
   it.each([
@@ -42,7 +42,7 @@ describe('toGatewayError', () => {
       status,
       `Unexpected token } in JSON at position 12: {"api_secret":"sk_x"`,
     );
-    const mapped = toGatewayError(original);
+    const mapped = toTollgateError(original);
     expect(mapped).toBeInstanceOf(TollgateError);
     expect(mapped).toMatchObject({ status: expectedStatus, code });
     expect(mapped.message).not.toContain('api_secret');
@@ -56,7 +56,7 @@ describe('toGatewayError', () => {
     [431, 431, 'headers_too_large'],
   ])('maps an HTTP error with status %i to %i %s', (status, expectedStatus, code) => {
     const original = Object.assign(new URIError("Failed to decode param '%E0%A4%A'"), { status });
-    const mapped = toGatewayError(original);
+    const mapped = toTollgateError(original);
     expect(mapped).toMatchObject({ status: expectedStatus, code });
     expect(mapped.message).not.toContain('%E0');
   });
@@ -79,7 +79,7 @@ describe('toGatewayError', () => {
     ['undefined', undefined],
     ['a number', 42],
   ])('maps %s to 500 internal_error, never with the original message', (_what, original) => {
-    const mapped = toGatewayError(original);
+    const mapped = toTollgateError(original);
     expect(mapped).toBeInstanceOf(InternalError);
     expect(mapped).toMatchObject({
       status: 500,

@@ -1,5 +1,6 @@
 import type { NextFunction, Request, Response } from 'express';
-import { ConfigurationError, InsufficientRoleError } from '../../lib/errors';
+import { ConfigurationError, InsufficientRoleError, MisconfigurationError } from '../../lib/errors';
+import { toTollgateError } from '../../lib/express/error-handler';
 import {
   isRole,
   OWNER_ROLE,
@@ -116,11 +117,11 @@ describe('requireRole', () => {
     );
   });
 
-  const cases: [Role, Role | undefined, boolean][] = ROLES.flatMap((minimum) =>
-    [...ROLES, undefined].map((actual): [Role, Role | undefined, boolean] => [
+  const cases: [Role, Role, boolean][] = ROLES.flatMap((minimum) =>
+    ROLES.map((actual): [Role, Role, boolean] => [
       minimum,
       actual,
-      actual !== undefined && ROLES.indexOf(actual) >= ROLES.indexOf(minimum),
+      ROLES.indexOf(actual) >= ROLES.indexOf(minimum),
     ]),
   );
 
@@ -137,8 +138,12 @@ describe('requireRole', () => {
     expect((error as Error).message).toContain(minimum);
   });
 
-  it('refuses every request that has no req.auth, even for the lowest role', () => {
-    const [error] = run(requireRole('level-1'), {} as unknown as Request);
-    expect(error).toMatchObject({ status: 403, code: 'insufficient_role' });
+  it('fails closed, as a misconfiguration naming the step, on a request authenticate() has not seen', () => {
+    for (const minimum of ROLES) {
+      const [error] = run(requireRole(minimum), requestWithRole(undefined));
+      expect(error).toBeInstanceOf(MisconfigurationError);
+      expect(error).toMatchObject({ code: 'requireRole_before_authenticate' });
+      expect(toTollgateError(error)).toMatchObject({ status: 500, code: 'internal_error' });
+    }
   });
 });
