@@ -8,6 +8,7 @@ COPY package.json package-lock.json ./
 # image need not read "allowScripts" the way the npm that wrote the lock file does: skip them.
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
+COPY scripts ./scripts
 COPY lib ./lib
 COPY gateway ./gateway
 RUN npm run build
@@ -17,7 +18,12 @@ FROM node:24-bookworm-slim AS runtime
 ENV NODE_ENV=production HOST=:: PORT=8080
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
+COPY scripts/gateway-runtime-package.cjs ./scripts/
+# The gateway's own run-time dependencies are devDependencies of the kit (an app installing the
+# kit does not get them): list them as dependencies here, at the lock file's versions.
+RUN node scripts/gateway-runtime-package.cjs \
+  && npm install --omit=dev --ignore-scripts --no-audit --no-fund \
+  && npm cache clean --force
 COPY --from=build /app/dist ./dist
 USER node
 EXPOSE 8080

@@ -1,5 +1,6 @@
-import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { ConfigurationError } from '../errors';
+import { requireOptional } from '../optional-module';
 import type { LimiterRedis } from './window';
 import type { RedisCommandClient } from './redis-commands';
 import { RedisHealth } from './redis-health';
@@ -35,6 +36,7 @@ export interface LimiterRedisConnection extends LimiterRedis {
 }
 
 export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisConnection {
+  const ioredis = requireOptional('ioredis', 'createLimiterRedis()');
   const modes = [options.url, options.clusterNodes, options.sentinels].filter(
     (mode) => mode !== undefined,
   );
@@ -68,10 +70,10 @@ export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisCo
         'createLimiterRedis(): url must start with redis:// or rediss://',
       );
     }
-    client = new Redis(options.url, { ...common, retryStrategy });
+    client = new ioredis.Redis(options.url, { ...common, retryStrategy });
   } else if (options.clusterNodes !== undefined) {
     const { enableOfflineQueue: _offline, ...redisOptions } = common;
-    client = new Cluster(
+    client = new ioredis.Cluster(
       options.clusterNodes.map((node) => parseHostPort(node, 'clusterNodes')),
       {
         // Node connections open on first use; with `false`, every command sent while one is still
@@ -92,7 +94,7 @@ export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisCo
     if (options.sentinelName === undefined || options.sentinelName === '') {
       throw new ConfigurationError('createLimiterRedis(): sentinels need sentinelName');
     }
-    client = new Redis({
+    client = new ioredis.Redis({
       ...common,
       sentinels: (options.sentinels ?? []).map((node) => parseHostPort(node, 'sentinels')),
       name: options.sentinelName,

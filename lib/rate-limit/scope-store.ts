@@ -1,4 +1,5 @@
-import { RedisStore } from 'rate-limit-redis';
+import type { RedisStore } from 'rate-limit-redis';
+import { requireOptional } from '../optional-module';
 import type { LimiterRedis } from './window';
 import { redisCommandFn } from './redis-commands';
 import { ResilientStore } from './resilient-store';
@@ -23,8 +24,12 @@ export function createScopeStore(options: {
       redis === undefined
         ? undefined
         : {
-            store: new RedisStore({ sendCommand: redisCommandFn(redis.client), prefix }),
+            store: new (redisStoreClass())({ sendCommand: redisCommandFn(redis.client), prefix }),
             health: redis.health,
           },
   });
+}
+
+function redisStoreClass(): typeof RedisStore {
+  return requireOptional('rate-limit-redis', 'Redis-backed limits').RedisStore;
 }
