@@ -1,0 +1,313 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { generateKey, sha256 } from '../../lib';
+
+/**
+ * The kit as users get it (issues 7 and 14): `npm pack` on this checkout (its `prepack` builds),
+ * the tarball installed into throwaway apps on Express 5 and on Express 4, written in CommonJS,
+ * in ESM and in TypeScript (`node16` resolution, type-checked), each protecting a route with one
+ * `protect()` call and answered over real HTTP. The npm registry must be reachable: nothing skips.
+ */
+
+const run = promisify(execFile);
+const ROOT = path.join(__dirname, '..', '..');
+const TSC = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+const SETUP_TIMEOUT_MS = 300_000;
+
+const MAJORS = [
+  { label: 'Express 5', express: 'express@5.3.0', types: '@types/express@5.0.6' },
+  { label: 'Express 4', express: 'express@4.22.3', types: '@types/express@^4.17.21' },
+] as const;
+
+const KEYS = {
+  level2: { id: 'key_l2', role: 'level-2', secret: generateKey('secret', 'test') },
+  level1: { id: 'key_l1', role: 'level-1', secret: generateKey('secret', 'test') },
+} as const;
+const KEYS_DOCUMENT = JSON.stringify({
+  accounts: [
+    {
+      id: 'acct_pkg',
+      keys: Object.values(KEYS).map((key) => ({
+        id: key.id,
+        role: key.role,
+        publishableKey: generateKey('publishable', 'test'),
+        secretKeySha256: sha256(key.secret).toString('hex'),
+      })),
+    },
+  ],
+});
+
+/** The same app in three module systems; each prints `PORT <n>` once listening. */
+const SOURCES = {
+  'app.cjs': `
+const express = require('express');
+const { KeyRing, TokenService, tollgate } = require('tollgate');
+const gate = tollgate({
+  keyStore: KeyRing.fromDocument(JSON.parse(process.env.KEYS_DOCUMENT)),
+  tokens: new TokenService({ secret: 'package-test-token-secret-0123456789abcdef' }),
+  scopes: { orders: { limit: 2, per: 'account' } },
+});
+const app = express();
+app.use(gate.context());
+app.get('/orders', gate.protect({ accept: ['secret'], role: 'level-2', limit: 'orders' }), (req, res) => {
+  res.json({ account: req.auth.accountId, module: 'cjs' });
+});
+app.use(gate.errorHandler());
+const server = app.listen(0, '127.0.0.1', () => console.log('PORT ' + server.address().port));
+`,
+  'app.mjs': `
+import express from 'express';
+import { KeyRing, TokenService, tollgate } from 'tollgate';
+const gate = tollgate({
+  keyStore: KeyRing.fromDocument(JSON.parse(process.env.KEYS_DOCUMENT)),
+  tokens: new TokenService({ secret: 'package-test-token-secret-0123456789abcdef' }),
+  scopes: { orders: { limit: 2, per: 'account' } },
+});
+const app = express();
+app.use(gate.context());
+app.get('/orders', gate.protect({ accept: ['secret'], role: 'level-2', limit: 'orders' }), (req, res) => {
+  res.json({ account: req.auth.accountId, module: 'esm' });
+});
+app.use(gate.errorHandler());
+const server = app.listen(0, '127.0.0.1', () => console.log('PORT ' + server.address().port));
+`,
+  'app.ts': `
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import { KeyRing, TokenService, tollgate } from 'tollgate';
+
+const gate = tollgate({
+  keyStore: KeyRing.fromDocument(JSON.parse(process.env.KEYS_DOCUMENT ?? '{}')),
+  tokens: new TokenService({ secret: 'package-test-token-secret-0123456789abcdef' }),
+  scopes: { orders: { limit: 2, per: 'account' } },
+});
+const app = express();
+app.use(gate.context());
+app.get('/orders', gate.protect({ accept: ['secret'], role: 'level-2', limit: 'orders' }), (req, res) => {
+  const account: string | undefined = req.auth?.accountId;
+  res.json({ account, module: 'ts' });
+});
+app.use(gate.errorHandler());
+const server = app.listen(0, '127.0.0.1', () => {
+  console.log('PORT ' + String((server.address() as AddressInfo).port));
+});
+`,
+  'tsconfig.json': JSON.stringify({
+    compilerOptions: {
+      module: 'node16',
+      moduleResolution: 'node16',
+      target: 'es2022',
+      strict: true,
+      esModuleInterop: true,
+      skipLibCheck: false,
+      types: ['node'],
+      outDir: 'out',
+    },
+    files: ['app.ts'],
+  }),
+};
+
+interface Reply {
+  readonly status: number;
+  readonly headers: http.IncomingHttpHeaders;
+  readonly body: Record<string, unknown>;
+}
+
+function get(port: number, secret: string): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(
+      { host: '127.0.0.1', port, path: '/orders', headers: { Authorization: `Bearer ${secret}` } },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (text += chunk));
+        res.on('end', () => {
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body: JSON.parse(text) as Record<string, unknown>,
+          });
+        });
+      },
+    );
+    req.on('error', reject);
+  });
+}
+
+/** Starts `node <entry>` in `dir` and resolves with its port once it prints it. */
+function startApp(dir: string, entry: string): Promise<{ child: ChildProcess; port: number }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [entry], {
+      cwd: dir,
+      env: { PATH: process.env.PATH, KEYS_DOCUMENT },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    const onData = (chunk: Buffer): void => {
+      output += chunk.toString('utf8');
+      const match = /PORT (\d+)/.exec(output);
+      if (match?.[1] !== undefined) resolve({ child, port: Number(match[1]) });
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+    child.once('exit', (code) => {
+      reject(new Error(`${entry} exited with ${String(code)}:\n${output}`));
+    });
+  });
+}
+
+function expectErrorBody(reply: Reply, status: number, code: string): void {
+  expect({ status: reply.status, body: reply.body }).toEqual({
+    status,
+    body: {
+      status,
+      code,
+      message: expect.any(String) as unknown,
+      request_id: expect.any(String) as unknown,
+    },
+  });
+}
+
+describe('the packed kit, installed into fresh apps', () => {
+  let work = '';
+  let tarball: string;
+  const appDirs = new Map<string, string>();
+  const children: ChildProcess[] = [];
+
+  beforeAll(async () => {
+    work = mkdtempSync(path.join(tmpdir(), 'tollgate-package-'));
+    // A checkout without dist/, as a clean clone is: `npm pack` must build it (prepack), and the
+    // build must not touch this checkout's dist/, which other tests are running.
+    const checkout = path.join(work, 'checkout');
+    const tracked = await run('git', ['ls-files', '-z'], {
+      cwd: ROOT,
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    for (const file of tracked.stdout.split('\0').filter((name) => name !== '')) {
+      if (!existsSync(path.join(ROOT, file))) continue;
+      mkdirSync(path.dirname(path.join(checkout, file)), { recursive: true });
+      copyFileSync(path.join(ROOT, file), path.join(checkout, file));
+    }
+    symlinkSync(path.join(ROOT, 'node_modules'), path.join(checkout, 'node_modules'), 'dir');
+    expect(existsSync(path.join(checkout, 'dist'))).toBe(false);
+    const packed = await run('npm', ['pack', '--silent', '--pack-destination', work], {
+      cwd: checkout,
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    const name = packed.stdout.trim().split('\n').pop() ?? '';
+    tarball = path.join(work, name);
+    for (const major of MAJORS) {
+      const dir = path.join(work, major.label.replace(' ', '-').toLowerCase());
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(
+        path.join(dir, 'package.json'),
+        JSON.stringify({ name: 'throwaway-app', version: '1.0.0', private: true }),
+      );
+      for (const [file, text] of Object.entries(SOURCES)) writeFileSync(path.join(dir, file), text);
+      await run(
+        'npm',
+        [
+          'install',
+          '--no-audit',
+          '--no-fund',
+          '--prefer-offline',
+          '--ignore-scripts',
+          tarball,
+          major.express,
+          major.types,
+          '@types/node@20',
+        ],
+        { cwd: dir, maxBuffer: 16 * 1024 * 1024 },
+      );
+      await run(process.execPath, [TSC, '-p', dir], { cwd: dir });
+      appDirs.set(major.label, dir);
+    }
+  }, SETUP_TIMEOUT_MS);
+
+  afterAll(() => {
+    for (const child of children) child.kill('SIGKILL');
+    if (work !== '') rmSync(work, { recursive: true, force: true });
+  });
+
+  it('ships the built library, its types, the ESM entry and the key command, and nothing else', async () => {
+    const { stdout } = await run('tar', ['tzf', tarball]);
+    const files = stdout.trim().split('\n');
+    expect(files).toEqual(
+      expect.arrayContaining([
+        'package/dist/lib/index.js',
+        'package/dist/lib/index.d.ts',
+        'package/dist/esm/index.mjs',
+        'package/dist/gateway/keys-cli.js',
+        'package/package.json',
+      ]),
+    );
+    const unexpected = files.filter(
+      (file) =>
+        !/^package\/(dist\/lib\/.+\.(js|d\.ts)|dist\/esm\/index\.mjs|dist\/gateway\/keys-cli\.js|package\.json|README\.md|SECURITY\.md|CHANGELOG\.md)$/.test(
+          file,
+        ),
+    );
+    expect(unexpected).toEqual([]);
+  });
+
+  it.each(MAJORS.map((major) => major.label))(
+    '%s: installing the kit brings neither the gateway dependencies nor the Redis packages',
+    (label) => {
+      const modules = readdirSync(path.join(appDirs.get(label) ?? '', 'node_modules'));
+      expect(modules).toContain('tollgate');
+      expect(
+        modules.filter((name) => ['pino', 'undici', 'ioredis', 'rate-limit-redis'].includes(name)),
+      ).toEqual([]);
+    },
+  );
+
+  const entries: readonly (readonly [kind: string, entry: string, module: string])[] = [
+    ['CommonJS', 'app.cjs', 'cjs'],
+    ['ESM', 'app.mjs', 'esm'],
+    ['TypeScript (node16)', path.join('out', 'app.js'), 'ts'],
+  ];
+  const cases = MAJORS.flatMap((major) =>
+    entries.map(([kind, entry, module]) => [major.label, kind, entry, module] as const),
+  );
+
+  it.each(cases)(
+    '%s, %s: one protect() call; right key 200, wrong key 401, level-1 403, over the limit 429, and the app lives on',
+    async (label, _kind, entry, module) => {
+      const dir = appDirs.get(label) ?? '';
+      expect(existsSync(path.join(dir, entry))).toBe(true);
+      const { child, port } = await startApp(dir, entry);
+      children.push(child);
+
+      const first = await get(port, KEYS.level2.secret);
+      expect({ status: first.status, body: first.body }).toEqual({
+        status: 200,
+        body: { account: 'acct_pkg', module },
+      });
+      expect(first.headers.ratelimit).toMatch(/^"orders"; r=1; t=\d+$/);
+      expect(first.headers['ratelimit-policy']).toMatch(/^"orders"; q=2; w=60; pk=:.+:$/);
+
+      expectErrorBody(await get(port, generateKey('secret', 'test')), 401, 'invalid_api_key');
+      expectErrorBody(await get(port, KEYS.level1.secret), 403, 'insufficient_role');
+
+      const second = await get(port, KEYS.level2.secret);
+      expect(second.status).toBe(200);
+      const third = await get(port, KEYS.level2.secret);
+      expectErrorBody(third, 429, 'rate_limited');
+      expect(Number(third.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+      expect(child.exitCode).toBeNull();
+    },
+  );
+});
