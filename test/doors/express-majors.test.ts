@@ -1,0 +1,325 @@
+import type { Express, RequestHandler } from 'express';
+import express5 from 'express';
+import request from 'supertest';
+import {
+  authenticate,
+  authenticateKeyPair,
+  clientIp,
+  createAuthFailureLimiter,
+  createLimiterRedis,
+  createRateLimiter,
+  errorHandler,
+  generateKey,
+  issueToken,
+  jsonBody,
+  type LimiterRedis,
+  type LimiterRedisConnection,
+  notFound,
+  requestId,
+  requireRole,
+  requireWhitelistedIp,
+  TokenService,
+  tollgate,
+} from '../../lib';
+import { createFixtures, type Fixtures, TOKEN_SECRET } from '../helpers/fixtures';
+import { freePort } from '../helpers/redis';
+
+/**
+ * The Express door on both majors (issue 14): Express 4 does not catch a promise rejected by a
+ * middleware, so a kit middleware that returned one would turn a wrong key into an unhandled
+ * rejection and end the process. Each case below runs on Express 4 and on Express 5, on an app
+ * built with `tollgate()` and on one built from the single middlewares, answers its contract
+ * status and JSON body, and the app still answers the next request. The suite listens for
+ * `unhandledRejection` and `uncaughtException`, and neither may fire.
+ */
+
+// An npm alias of express@4 (package.json devDependencies), next to Express 5.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const express4 = require('express4') as typeof express5;
+
+const MAJORS = [
+  { label: 'Express 4', express: express4 },
+  { label: 'Express 5', express: express5 },
+] as const;
+
+interface Built {
+  readonly app: Express;
+  close(): void;
+}
+
+type Builder = (
+  express: typeof express5,
+  fixtures: Fixtures,
+  tokens: TokenService,
+  redis?: LimiterRedis,
+) => Built;
+
+const answer: RequestHandler = (req, res) => {
+  res.json({ account: req.auth?.accountId });
+};
+
+const SCOPES = {
+  orders: { limit: 1000, per: 'account' },
+  limited: { limit: 2, per: 'account' },
+  'auth-token': { limit: 1000, per: 'account' },
+} as const;
+
+const withTollgate: Builder = (express, fixtures, tokens, redis) => {
+  const gate = tollgate({ keyStore: fixtures.ring, tokens, scopes: SCOPES, redis });
+  const app = express();
+  app.use(gate.context());
+  const policy = { accept: ['secret', 'token'], role: 'level-2' } as const;
+  app.get('/orders', gate.protect({ ...policy, limit: 'orders' }), answer);
+  app.get('/limited', gate.protect({ ...policy, limit: 'limited' }), answer);
+  app.post('/token', gate.tokenExchange({ limit: 'auth-token' }));
+  app.use(gate.errorHandler());
+  return {
+    app,
+    close: () => {
+      gate.close();
+    },
+  };
+};
+
+const withSingleMiddlewares: Builder = (express, fixtures, tokens, redis) => {
+  const keyStore = fixtures.ring;
+  const authFailures = createAuthFailureLimiter({ redis });
+  const limiters = Object.entries(SCOPES).map(([name, scope]) =>
+    createRateLimiter({ name, limit: scope.limit, key: scope.per, redis }),
+  );
+  const [orders, limited, tokenLimit] = limiters;
+  if (orders === undefined || limited === undefined || tokenLimit === undefined) {
+    throw new Error('three limiters expected');
+  }
+  const checks = (limiter: RequestHandler): RequestHandler[] => [
+    authFailures.guard,
+    authenticate({ keyStore, tokens, accept: ['secret', 'token'], authFailures }),
+    requireWhitelistedIp({ authFailures }),
+    requireRole('level-2'),
+    limiter,
+  ];
+  const app = express();
+  app.use(requestId(), clientIp());
+  app.get('/orders', ...checks(orders.middleware), answer);
+  app.get('/limited', ...checks(limited.middleware), answer);
+  app.post(
+    '/token',
+    authFailures.guard,
+    jsonBody(),
+    authenticateKeyPair({ keyStore, authFailures }),
+    requireWhitelistedIp({ authFailures }),
+    tokenLimit.middleware,
+    issueToken({ tokens }),
+  );
+  app.use(notFound());
+  app.use(errorHandler());
+  return {
+    app,
+    close: () => {
+      authFailures.store.shutdown();
+      for (const limiter of limiters) limiter.store.shutdown();
+    },
+  };
+};
+
+const STYLES = [
+  { label: 'tollgate().protect()', build: withTollgate },
+  { label: 'the single middlewares', build: withSingleMiddlewares },
+] as const;
+
+function expectContractError(response: request.Response, status: number, code: string): void {
+  expect({ status: response.status, body: response.body as unknown }).toEqual({
+    status,
+    body: {
+      status,
+      code,
+      message: expect.any(String) as unknown,
+      request_id: expect.any(String) as unknown,
+    },
+  });
+  expect(response.headers['content-type']).toMatch(/^application\/json/);
+}
+
+const faults: unknown[] = [];
+const onFault = (error: unknown): void => {
+  faults.push(error);
+};
+beforeAll(() => {
+  process.on('unhandledRejection', onFault);
+  process.on('uncaughtException', onFault);
+});
+afterAll(() => {
+  process.off('unhandledRejection', onFault);
+  process.off('uncaughtException', onFault);
+  expect(faults).toEqual([]);
+});
+
+for (const major of MAJORS) {
+  for (const style of STYLES) {
+    describe(`${major.label}, ${style.label}`, () => {
+      const fixtures = createFixtures();
+      const tokens = new TokenService({ secret: TOKEN_SECRET });
+      let built: Built;
+      beforeAll(() => {
+        built = style.build(major.express, fixtures, tokens);
+      });
+      afterAll(() => {
+        built.close();
+      });
+
+      const secret = (key: { secretKey: string }): Record<string, string> => ({
+        Authorization: `Bearer ${key.secretKey}`,
+      });
+
+      /** The app still serves a right key after the case. */
+      const stillServes = async (): Promise<void> => {
+        const next = await request(built.app).get('/orders').set(secret(fixtures.keys.level2));
+        expect({ status: next.status, body: next.body as unknown }).toEqual({
+          status: 200,
+          body: { account: 'acct_open' },
+        });
+      };
+
+      const cases: [string, () => request.Test, number, string][] = [
+        [
+          'a wrong key',
+          () =>
+            request(built.app)
+              .get('/orders')
+              .set('Authorization', `Bearer ${generateKey('secret', 'test')}`),
+          401,
+          'invalid_api_key',
+        ],
+        [
+          'a forged token',
+          () => {
+            const forger = new TokenService({ secret: 'not-the-token-secret-0123456789-abcdefgh' });
+            const { token } = forger.issue({
+              id: 'key_admin',
+              accountId: 'acct_open',
+              role: 'administrator',
+            });
+            return request(built.app).get('/orders').set('Authorization', `Bearer ${token}`);
+          },
+          401,
+          'invalid_token',
+        ],
+        [
+          'a wrong key pair',
+          () =>
+            request(built.app)
+              .post('/token')
+              .send({
+                api_key: fixtures.keys.level2.publishableKey,
+                api_secret: generateKey('secret', 'test'),
+              }),
+          401,
+          'invalid_credentials',
+        ],
+        [
+          'a missing credential',
+          () => request(built.app).get('/orders'),
+          401,
+          'missing_credentials',
+        ],
+        [
+          'malformed JSON',
+          () =>
+            request(built.app)
+              .post('/token')
+              .set('Content-Type', 'application/json')
+              .send('{"api_key": '),
+          400,
+          'invalid_request',
+        ],
+        [
+          'an address outside the whitelist',
+          () => request(built.app).get('/orders').set(secret(fixtures.keys.walled)),
+          403,
+          'ip_not_whitelisted',
+        ],
+        [
+          'a role below the route',
+          () => request(built.app).get('/orders').set(secret(fixtures.keys.level1)),
+          403,
+          'insufficient_role',
+        ],
+      ];
+
+      it.each(cases)(
+        '%s: its contract answer, then the app serves the next request',
+        async (_name, send, status, code) => {
+          expectContractError(await send(), status, code);
+          await stillServes();
+        },
+      );
+
+      it('over the limit: 429 rate_limited with Retry-After, then the app serves the next request', async () => {
+        for (let i = 0; i < 2; i++) {
+          expect(
+            (await request(built.app).get('/limited').set(secret(fixtures.keys.admin))).status,
+          ).toBe(200);
+        }
+        const over = await request(built.app).get('/limited').set(secret(fixtures.keys.admin));
+        expectContractError(over, 429, 'rate_limited');
+        expect(Number(over.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+        await stillServes();
+      });
+
+      it('a key pair exchanged for a token that the protected route accepts', async () => {
+        const exchanged = await request(built.app).post('/token').send({
+          api_key: fixtures.keys.level2.publishableKey,
+          api_secret: fixtures.keys.level2.secretKey,
+        });
+        expect(exchanged.status).toBe(200);
+        const token = (exchanged.body as { token: string }).token;
+        const served = await request(built.app)
+          .get('/orders')
+          .set('Authorization', `Bearer ${token}`);
+        expect(served.status).toBe(200);
+      });
+    });
+
+    describe(`${major.label}, ${style.label}, Redis down`, () => {
+      const fixtures = createFixtures();
+      const tokens = new TokenService({ secret: TOKEN_SECRET });
+      let redis: LimiterRedisConnection;
+      let built: Built;
+      beforeAll(async () => {
+        // Nothing listens on this port: every command fails, and the limits count in memory.
+        redis = createLimiterRedis({
+          url: `redis://127.0.0.1:${await freePort()}`,
+          connectTimeoutMs: 200,
+        });
+        built = style.build(major.express, fixtures, tokens, redis);
+      });
+      afterAll(async () => {
+        built.close();
+        await redis.close();
+        // ioredis leaves its connect timer (200 ms) running after a disconnect while connecting.
+        await new Promise((resolve) => setTimeout(resolve, 250));
+      });
+
+      it('serves right keys, refuses wrong ones with their contract answers, and stays up', async () => {
+        for (let i = 0; i < 3; i++) {
+          const served = await request(built.app)
+            .get('/orders')
+            .set('Authorization', `Bearer ${fixtures.keys.level2.secretKey}`);
+          expect(served.status).toBe(200);
+        }
+        expectContractError(
+          await request(built.app)
+            .get('/orders')
+            .set('Authorization', `Bearer ${generateKey('secret', 'test')}`),
+          401,
+          'invalid_api_key',
+        );
+        const afterwards = await request(built.app)
+          .get('/orders')
+          .set('Authorization', `Bearer ${fixtures.keys.level2.secretKey}`);
+        expect(afterwards.status).toBe(200);
+        expect(redis.health.state).not.toBe('shared');
+      });
+    });
+  }
+}
