@@ -77,6 +77,9 @@ function main(argv: string[]): void {
     return;
   }
   if (command === 'revoke') {
+    if (values.key === undefined || values.key === '') {
+      throw new ConfigurationError(`revoke needs --key <id>: which key to revoke\n${USAGE}`);
+    }
     const key = document.accounts
       .flatMap((account) => account.keys)
       .find((candidate) => candidate.id === values.key);
@@ -85,7 +88,7 @@ function main(argv: string[]): void {
     key.revoked = true;
     writeDocument(values.file, document);
     console.log(
-      `Revoked key ${String(values.key)}; its tokens stop working once the gateway reloads the file.`,
+      `Revoked key ${values.key}; its tokens stop working once the gateway reloads the file.`,
     );
     return;
   }

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
+  ConfigurationError,
   createLimiterRedis,
   FileKeyStore,
   type KeyStore,
@@ -120,7 +121,9 @@ export async function startGateway(
   server.listen(config.port, config.host);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
-    server.once('error', reject);
+    server.once('error', (error: NodeJS.ErrnoException) => {
+      reject(listenError(error, config.host, config.port));
+    });
   });
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
@@ -178,4 +181,16 @@ async function drain(server: http.Server, drainMs: number): Promise<void> {
   }, drainMs);
   await closed;
   clearTimeout(timer);
+}
+
+/** A listen failure that names the address: `EADDRINUSE` alone does not say which one. */
+function listenError(error: NodeJS.ErrnoException, host: string, port: number): Error {
+  const address = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+  const reason =
+    error.code === 'EADDRINUSE'
+      ? 'is already in use (another process listens there; set PORT or HOST)'
+      : error.code === 'EACCES'
+        ? 'needs privileges this process does not have (use a port above 1023)'
+        : `cannot be listened on (${error.code ?? error.name})`;
+  return new ConfigurationError(`${address} ${reason}`);
 }

@@ -263,6 +263,16 @@ describe('the keys command', () => {
     expect(readFileSync(file, 'utf8')).toBe(before);
   });
 
+  it('revoke without --key exits 1 and says which option is missing, changing nothing', async () => {
+    await keys('create', '--account', 'acct_x', '--file', file);
+    const before = readFileSync(file, 'utf8');
+    const result = await keys('revoke', '--file', file);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/^tollgate-keys: revoke needs --key <id>/);
+    expect(result.stderr).not.toMatch(/\n\s+at /);
+    expect(readFileSync(file, 'utf8')).toBe(before);
+  });
+
   it('revoking an unknown key exits 1 and names it', async () => {
     await keys('create', '--account', 'acct_x', '--file', file);
     const result = await keys('revoke', '--key', 'key_nope', '--file', file);

@@ -1,4 +1,6 @@
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { generateKey } from '../../lib/keys/key-format';
@@ -6,7 +8,15 @@ import { sha256 } from '../../lib/keys/key-store';
 import { ROLES } from '../../lib/core/roles';
 import { expectErrorBody } from '../helpers/error-body';
 import { findLeaks } from '../helpers/logs';
-import { distScript, httpRequest, NodeProcess, occurrences, runNode } from '../helpers/process';
+import {
+  childEnv,
+  distScript,
+  httpRequest,
+  NodeProcess,
+  occurrences,
+  ROOT,
+  runNode,
+} from '../helpers/process';
 import { freePort } from '../helpers/redis';
 import { startRecordingUpstream, type RecordingUpstream } from '../helpers/upstream';
 
@@ -174,6 +184,59 @@ describe('the gateway process (dist/gateway/server.js)', () => {
       expect(result.stdout).not.toContain('gateway.started');
       await expect(httpRequest({ port, path: '/healthz' })).rejects.toThrow(/ECONNREFUSED/);
     });
+  });
+
+  it('`npm start` passes SIGTERM on: the gateway drains and stops, and the port is free', async () => {
+    const port = await freePort();
+    // --ignore-scripts skips `prestart` (the build): `npm test` has built dist/ already.
+    const npm = spawn('npm', ['start', '--ignore-scripts'], {
+      cwd: ROOT,
+      env: childEnv({ PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'info' }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      // Its own process group: whatever npm leaves behind can be killed with it.
+      detached: true,
+    });
+    let output = '';
+    npm.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+    npm.stderr.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+    const exited = new Promise<number | null>((resolve) => npm.once('exit', resolve));
+    try {
+      const deadline = Date.now() + 15_000;
+      while (!output.includes('gateway.started')) {
+        if (Date.now() > deadline) throw new Error(`npm start did not start:\n${output}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect((await httpRequest({ port, path: '/healthz' })).status).toBe(200);
+
+      npm.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      expect(output).toContain('gateway.stopping');
+      await expect(httpRequest({ port, path: '/healthz' })).rejects.toThrow(/ECONNREFUSED/);
+    } finally {
+      try {
+        process.kill(-(npm.pid ?? 0), 'SIGKILL');
+      } catch {
+        // The group is gone: nothing was left behind.
+      }
+    }
+  });
+
+  it('a port already in use: exit code 1 and one line naming the address, no stack', async () => {
+    const blocker = net.createServer();
+    await new Promise<void>((resolve) => {
+      blocker.listen(0, '127.0.0.1', resolve);
+    });
+    const { port } = blocker.address() as net.AddressInfo;
+    try {
+      const result = await runNode(server, [], { PORT: String(port), HOST: '127.0.0.1' });
+      expect(result.code).toBe(1);
+      const lines = result.stderr.split('\n').filter((line) => line !== '');
+      expect(lines).toEqual([
+        `tollgate: configuration error: 127.0.0.1:${port} is already in use (another process listens there; set PORT or HOST)`,
+      ]);
+    } finally {
+      await new Promise((resolve) => blocker.close(resolve));
+    }
   });
 
   describe('with a keys file and an upstream', () => {
