@@ -7,12 +7,13 @@
  *
  *     npm run example                      # builds, then listens on http://127.0.0.1:3000
  *
- * Environment (all optional): PORT (3000), TOLLGATE_KEYS_FILE (a keys file; unset: demo keys are
+ * Environment (all optional): PORT (3000), HOST (127.0.0.1), TOLLGATE_KEYS_FILE (a keys file; unset: demo keys are
  * generated and printed), TOLLGATE_TOKEN_SECRET (at least 32 bytes; unset: random per process),
  * REDIS_URL (shared limit counters; unset: in memory).
  */
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import express, { type Express } from 'express';
 import {
   clientErrorHandler,
@@ -193,6 +194,7 @@ const consoleLogger: Logger = {
 
 async function main(): Promise<void> {
   const port = Number(process.env.PORT ?? 3000);
+  const host = process.env.HOST ?? '127.0.0.1';
   const keysFile = process.env.TOLLGATE_KEYS_FILE;
   let keyStore: KeyStore;
   if (keysFile !== undefined && keysFile !== '') {
@@ -218,9 +220,11 @@ async function main(): Promise<void> {
   // with the JSON body; `clientErrorHandler()` does the same for what Node's parser refuses.
   const server = http.createServer({ requireHostHeader: false }, app);
   server.on('clientError', clientErrorHandler());
-  server.listen(port, '127.0.0.1', () => {
+  server.listen(port, host, () => {
+    const address = server.address() as AddressInfo;
+    const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address;
     console.log(
-      `example app listening on http://127.0.0.1:${port} (limits: ${redis === undefined ? 'memory' : 'Redis'})`,
+      `example app listening on http://${shown}:${address.port} (Express ${expressMajor()}, limits: ${redis === undefined ? 'memory' : 'Redis'})`,
     );
   });
   const stop = (): void => {
@@ -230,6 +234,13 @@ async function main(): Promise<void> {
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
+}
+
+/** The major version of the Express this app runs on (4 after `npm install --no-save express@4`). */
+function expressMajor(): string {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- the installed express, whichever
+  const { version } = require('express/package.json') as { version: string };
+  return version.split('.')[0] ?? version;
 }
 
 if (require.main === module) {

@@ -1,5 +1,7 @@
+import { type ChildProcess, spawn } from 'node:child_process';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import path from 'node:path';
 import request from 'supertest';
 import {
   createDemoKeys,
@@ -17,6 +19,7 @@ import {
   TokenService,
 } from '../../lib';
 import { createFixtures, type Fixtures, type TestKey, TOKEN_SECRET } from '../helpers/fixtures';
+import { childEnv, distScript, httpRequest, ROOT } from '../helpers/process';
 import {
   acquireTestRedis,
   describeWithRedis,
@@ -415,5 +418,66 @@ describeWithRedis('the example app with Redis limits', () => {
         'rate_limited',
       );
     }
+  });
+});
+
+describe('the example as `npm run example` runs it, on Express 4', () => {
+  let child: ChildProcess | undefined;
+  afterAll(() => {
+    child?.kill('SIGKILL');
+  });
+
+  it('honours PORT and HOST, prints its demo keys, and protects /orders on Express 4', async () => {
+    // As after `npm install --no-save express@4`: the preload resolves `express` to Express 4.
+    const started = spawn(
+      process.execPath,
+      [
+        '-r',
+        path.join(ROOT, 'test', 'helpers', 'express4-preload.cjs'),
+        distScript('examples/mount-in-existing-app.js'),
+      ],
+      { env: childEnv({ PORT: '0', HOST: '127.0.0.1' }), stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    child = started;
+    let output = '';
+    started.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+    started.stderr.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+    const waitForListening = async (): Promise<RegExpExecArray> => {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const line = /listening on http:\/\/127\.0\.0\.1:(\d+) \(Express (\d+)/.exec(output);
+        if (line !== null) return line;
+        if (Date.now() > deadline || started.exitCode !== null) {
+          throw new Error(`the example did not start:\n${output}`);
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    };
+    const listening = await waitForListening();
+    expect(listening[2]).toBe('4');
+    const port = Number(listening[1]);
+    const level2 = /level-2 +publishable \S+ +secret (\S+)/.exec(output)?.[1] ?? '';
+    expect(level2).toMatch(/^sk_test_/);
+
+    const served = await httpRequest({
+      port,
+      path: '/orders',
+      headers: { Authorization: `Bearer ${level2}` },
+    });
+    expect(served.status).toBe(200);
+    const refused = await httpRequest({
+      port,
+      path: '/orders',
+      headers: { Authorization: `Bearer ${generateKey('secret', 'test')}` },
+    });
+    expect(refused.status).toBe(401);
+    expect(refused.body).toMatchObject({ code: 'invalid_api_key' });
+    const again = await httpRequest({
+      port,
+      path: '/orders',
+      headers: { Authorization: `Bearer ${level2}` },
+    });
+    expect(again.status).toBe(200);
+    expect(started.exitCode).toBeNull();
   });
 });
