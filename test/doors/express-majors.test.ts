@@ -12,8 +12,10 @@ import {
   generateKey,
   issueToken,
   jsonBody,
+  type KeyStore,
   type LimiterRedis,
   type LimiterRedisConnection,
+  methodNotAllowed,
   notFound,
   requestId,
   requireRole,
@@ -58,6 +60,16 @@ const answer: RequestHandler = (req, res) => {
   res.json({ account: req.auth?.accountId });
 };
 
+/** A key store that cannot answer: every lookup throws, as a database store might. */
+const BROKEN_STORE: KeyStore = {
+  findBySecretKey: () => {
+    throw new Error('key store down: password hunter2');
+  },
+  findByKeyPair: () => undefined,
+  findByPublishableKey: () => undefined,
+  findById: () => undefined,
+};
+
 const SCOPES = {
   orders: { limit: 1000, per: 'account' },
   limited: { limit: 2, per: 'account' },
@@ -71,12 +83,17 @@ const withTollgate: Builder = (express, fixtures, tokens, redis) => {
   const policy = { accept: ['secret', 'token'], role: 'level-2' } as const;
   app.get('/orders', gate.protect({ ...policy, limit: 'orders' }), answer);
   app.get('/limited', gate.protect({ ...policy, limit: 'limited' }), answer);
+  app.all('/orders', methodNotAllowed(['GET']));
   app.post('/token', gate.tokenExchange({ limit: 'auth-token' }));
+  const broken = tollgate({ keyStore: BROKEN_STORE, tokens, scopes: SCOPES });
+  app.get('/broken', broken.protect({ ...policy, limit: 'orders' }), answer);
+  app.use(notFound());
   app.use(gate.errorHandler());
   return {
     app,
     close: () => {
       gate.close();
+      broken.close();
     },
   };
 };
@@ -101,7 +118,13 @@ const withSingleMiddlewares: Builder = (express, fixtures, tokens, redis) => {
   const app = express();
   app.use(requestId(), clientIp());
   app.get('/orders', ...checks(orders.middleware), answer);
+  app.all('/orders', methodNotAllowed(['GET']));
   app.get('/limited', ...checks(limited.middleware), answer);
+  app.get(
+    '/broken',
+    authenticate({ keyStore: BROKEN_STORE, tokens, accept: ['secret', 'token'] }),
+    answer,
+  );
   app.post(
     '/token',
     authFailures.guard,
@@ -138,6 +161,7 @@ function expectContractError(response: request.Response, status: number, code: s
     },
   });
   expect(response.headers['content-type']).toMatch(/^application\/json/);
+  expect(response.text).not.toContain('hunter2');
 }
 
 const faults: unknown[] = [];
@@ -237,6 +261,59 @@ for (const major of MAJORS) {
           () => request(built.app).get('/orders').set(secret(fixtures.keys.walled)),
           403,
           'ip_not_whitelisted',
+        ],
+        [
+          'an expired token',
+          () => {
+            const past = new TokenService({
+              secret: TOKEN_SECRET,
+              ttlSeconds: 60,
+              now: () => Date.now() - 3_600_000,
+            });
+            const { token } = past.issue({ id: 'key_l2', accountId: 'acct_open', role: 'level-2' });
+            return request(built.app).get('/orders').set('Authorization', `Bearer ${token}`);
+          },
+          401,
+          'expired_token',
+        ],
+        [
+          'a publishable key where a secret key or token is needed',
+          () =>
+            request(built.app)
+              .get('/orders')
+              .set('X-Service-Public-API-Key', fixtures.keys.level2.publishableKey),
+          401,
+          'credential_not_allowed',
+        ],
+        ['an unknown path', () => request(built.app).get('/nowhere'), 404, 'not_found'],
+        [
+          'a method the route lacks',
+          () => request(built.app).delete('/orders'),
+          405,
+          'method_not_allowed',
+        ],
+        [
+          'a body over the limit',
+          () =>
+            request(built.app)
+              .post('/token')
+              .set('Content-Type', 'application/json')
+              .send(JSON.stringify({ api_key: 'x'.repeat(70_000), api_secret: 'y' })),
+          413,
+          'payload_too_large',
+        ],
+        [
+          'a body that is not JSON',
+          () =>
+            request(built.app).post('/token').set('Content-Type', 'text/plain').send('api_key=x'),
+          415,
+          'unsupported_media_type',
+        ],
+        [
+          'a key store that throws',
+          () => request(built.app).get('/broken').set(secret(fixtures.keys.level2)),
+          500,
+          'internal_error',
         ],
         [
           'a role below the route',
