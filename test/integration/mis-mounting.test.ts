@@ -244,6 +244,28 @@ describe('the same app with tollgate().protect(): the mistakes cannot be made', 
     expect(low.body).toMatchObject({ code: 'insufficient_role' });
   });
 
+  it("warns once, naming the setting, when the app trusts every proxy ('trust proxy' true)", async () => {
+    const warnings: unknown[] = [];
+    const gate = tollgate({
+      keyStore: fixtures.ring,
+      scopes: { orders: { limit: 10 } },
+      logger: {
+        info: () => undefined,
+        warn: (fields) => warnings.push(fields),
+        error: () => undefined,
+      },
+    });
+    gates.push(gate);
+    const app = express();
+    app.set('trust proxy', true);
+    app.use(gate.context());
+    app.get('/', (_req, res) => {
+      res.json({});
+    });
+    for (let i = 0; i < 2; i++) expect((await request(app).get('/')).status).toBe(200);
+    expect(warnings).toEqual([{ event: 'tollgate.misconfiguration', setting: 'trust proxy' }]);
+  });
+
   it('declares each scope once and refuses, at start, a scope or an option it does not know', () => {
     const gate = tollgate({
       keyStore: fixtures.ring,
