@@ -29,6 +29,7 @@ export { ScopeCounter, type ScopeDefinition, type ScopeKey, type HeaderPair } fr
 export {
   presentedCredential,
   credentialResolver,
+  refuseCredentialsInQuery,
   hasBrowserSignals,
   QUERY_CREDENTIAL_PARAMS,
   DEFAULT_PUBLIC_KEY_HEADER,

@@ -311,6 +311,29 @@ export const QUERY_CREDENTIAL_PARAMS: ReadonlySet<string> = new Set([
   'authorization',
 ]);
 
+/**
+ * Throws `400 invalid_request` when the request's query string carries a credential (a parameter
+ * of `QUERY_CREDENTIAL_PARAMS`, or any value shaped like a secret key or a token), after reporting
+ * each refused value that is a known secret key as leaked.
+ */
+export function refuseCredentialsInQuery(
+  req: RequestFacts,
+  keyStore: KeyStore | undefined,
+  onSecurityEvent: ((event: SecurityEvent, req: RequestFacts) => void) | undefined,
+): void {
+  const refused = credentialsInQuery(req.originalUrl);
+  if (refused.length === 0) return;
+  if (keyStore !== undefined && onSecurityEvent !== undefined) {
+    for (const value of refused) {
+      const key = isPlausibleKey(value) ? keyStore.findBySecretKey(value) : undefined;
+      if (key !== undefined) onSecurityEvent(leaked(key, 'sent_in_query_string'), req);
+    }
+  }
+  throw new InvalidRequestError(
+    'Credentials are never accepted in the query string; send them in the Authorization header',
+  );
+}
+
 /** The values of the credential-carrying parameters of `url`'s query string. */
 export function credentialsInQuery(url: string): string[] {
   const start = url.indexOf('?');

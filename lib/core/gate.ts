@@ -1,12 +1,10 @@
-import { credentialResolver, credentialsInQuery, leaked, type SecurityEvent } from './credentials';
+import { credentialResolver, refuseCredentialsInQuery, type SecurityEvent } from './credentials';
 import {
   ConfigurationError,
   TollgateError,
   InsufficientRoleError,
-  InvalidRequestError,
   IpNotWhitelistedError,
 } from '../errors';
-import { isPlausibleKey } from '../keys/key-format';
 import type { KeyStore } from '../keys/key-store';
 import {
   type AuthFailureLimiter,
@@ -138,7 +136,7 @@ export interface Gate<Name extends string = string> {
   readonly authFailures: AuthFailureLimiter;
 }
 
-/** Refused with the credential's kinds: which of them the whitelist restricts (the seed). */
+/** The credentials an account's IP whitelist restricts (the seed): secret keys and tokens. */
 const WHITELISTED_CREDENTIALS: ReadonlySet<CredentialKind> = new Set(['secret', 'token']);
 
 export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyof S & string> {
@@ -159,6 +157,11 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       'tollgate: expectedInstances must be a whole number of at least 1',
     );
   }
+  if (Object.hasOwn(options.scopes, 'auth-failures')) {
+    throw new ConfigurationError(
+      'tollgate: scope name "auth-failures" is the failure budget\'s own',
+    );
+  }
   const prefix = options.redisPrefix ?? DEFAULT_PREFIX;
   const scopes = new Map<string, ScopeCounter>();
   for (const [name, definition] of Object.entries(options.scopes)) {
@@ -172,11 +175,6 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
         redis: options.redis,
         expectedInstances,
       }),
-    );
-  }
-  if (scopes.has('auth-failures')) {
-    throw new ConfigurationError(
-      'tollgate: scope name "auth-failures" is the failure budget\'s own',
     );
   }
   const authFailures = createAuthFailureLimiter({
@@ -245,21 +243,6 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
     };
   };
 
-  /** Step 1: a credential in the query string is refused, and reported when it is a known secret. */
-  const refuseQueryCredentials = (facts: RequestFacts): void => {
-    const refused = credentialsInQuery(facts.originalUrl);
-    if (refused.length === 0) return;
-    if (onSecurityEvent !== undefined) {
-      for (const value of refused) {
-        const key = isPlausibleKey(value) ? keyStore.findBySecretKey(value) : undefined;
-        if (key !== undefined) onSecurityEvent(leaked(key, 'sent_in_query_string'), facts);
-      }
-    }
-    throw new InvalidRequestError(
-      'Credentials are never accepted in the query string; send them in the Authorization header',
-    );
-  };
-
   /** Steps 2 and 3, under the failure budget. */
   const authenticate = (facts: RequestFacts, compiled: CompiledPolicy): Promise<AuthContext> =>
     new Promise((resolve, reject) => {
@@ -301,7 +284,8 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
   ): Promise<Decision> => {
     let auth: AuthContext | undefined;
     try {
-      refuseQueryCredentials(facts);
+      // Step 1: a credential in the query string is refused (and reported when it is a known key).
+      refuseCredentialsInQuery(facts, keyStore, onSecurityEvent);
       auth = await authenticate(facts, compiled);
       authorise(facts, compiled, auth);
       // Step 5: the per-IP cap of publishable keys first, so its refusal spends nothing of the account's.

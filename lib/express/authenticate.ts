@@ -2,13 +2,10 @@ import type { RequestHandler } from 'express';
 import {
   type AuthenticateOptions,
   credentialResolver,
-  credentialsInQuery,
-  leaked,
+  refuseCredentialsInQuery,
   type SecurityEvent,
 } from '../core/credentials';
 import type { RequestFacts } from '../core/facts';
-import { InvalidRequestError } from '../errors';
-import { isPlausibleKey } from '../keys/key-format';
 import type { KeyStore } from '../keys/key-store';
 
 /**
@@ -62,29 +59,13 @@ export interface QueryCredentialOptions {
  */
 export function refuseQueryCredentials(options: QueryCredentialOptions = {}): RequestHandler {
   const { keyStore, onSecurityEvent } = options;
-  const report = (refused: readonly string[], req: RequestFacts): void => {
-    if (keyStore === undefined || onSecurityEvent === undefined) return;
-    for (const value of refused) {
-      const key = isPlausibleKey(value) ? keyStore.findBySecretKey(value) : undefined;
-      if (key !== undefined) onSecurityEvent(leaked(key, 'sent_in_query_string'), req);
-    }
-  };
   return function refuseQueryCredentialsMiddleware(req, _res, next) {
-    const refused = credentialsInQuery(req.originalUrl);
-    if (refused.length === 0) {
-      next();
-      return;
-    }
     try {
-      report(refused, req);
+      refuseCredentialsInQuery(req, keyStore, onSecurityEvent);
     } catch (error) {
       next(error);
       return;
     }
-    next(
-      new InvalidRequestError(
-        'Credentials are never accepted in the query string; send them in the Authorization header',
-      ),
-    );
+    next();
   };
 }
