@@ -7,6 +7,8 @@ import {
 } from '../core/credentials';
 import type { RequestFacts } from '../core/facts';
 import type { KeyStore } from '../keys/key-store';
+import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
+import type { AuthContext } from '../types';
 
 /**
  * The credential check as single Express middlewares, for apps that compose their own chain:
@@ -21,8 +23,18 @@ import type { KeyStore } from '../keys/key-store';
  * check to the comparison and its count.
  */
 export function authenticate(options: AuthenticateOptions): RequestHandler {
-  const resolve = credentialResolver(options);
-  const { authFailures } = options;
+  return authenticatingMiddleware(credentialResolver(options), options.authFailures);
+}
+
+/**
+ * A middleware that sets `req.auth` from `resolve`, compared under the failure budget when one is
+ * given, and passes a refusal to `next(err)`. Shared by `authenticate()` and
+ * `authenticateKeyPair()`.
+ */
+export function authenticatingMiddleware(
+  resolve: (req: RequestFacts) => AuthContext,
+  authFailures: Pick<AuthFailureLimiter, 'queueAttempt'> | undefined,
+): RequestHandler {
   return function authenticateMiddleware(req, _res, next) {
     if (authFailures !== undefined) {
       authFailures.queueAttempt(

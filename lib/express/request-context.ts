@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { RequestHandler } from 'express';
+import type { Request, RequestHandler } from 'express';
 import { InvalidRequestError } from '../errors';
 import { canonicalClientIp } from '../core/ip-address';
 
@@ -24,12 +24,15 @@ export function requestId(): RequestHandler {
  */
 export function clientIp(): RequestHandler {
   return function clientIpMiddleware(req, _res, next) {
-    const ip = canonicalClientIp(req.ip);
-    if (ip === undefined) {
-      next(new InvalidRequestError('The client address could not be determined'));
-      return;
-    }
-    req.clientIp = ip;
-    next();
+    next(assignClientIp(req));
   };
+}
+
+/** Sets `req.clientIp` as `clientIp()` does; returns the refusal when there is no address. */
+export function assignClientIp(req: Request): InvalidRequestError | undefined {
+  const ip = canonicalClientIp(req.ip);
+  if (ip === undefined)
+    return new InvalidRequestError('The client address could not be determined');
+  req.clientIp = ip;
+  return undefined;
 }

@@ -2,6 +2,7 @@ import type { RequestHandler } from 'express';
 import type { SecurityEvent } from '../core/credentials';
 import type { RequestFacts } from '../core/facts';
 import { keyPairResolver } from '../core/key-pair';
+import { authenticatingMiddleware } from './authenticate';
 import { AuthenticationError } from '../errors';
 import type { KeyStore } from '../keys/key-store';
 import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
@@ -36,28 +37,7 @@ export interface KeyPairOptions {
  * budget check to the comparison and its count.
  */
 export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
-  const compare = keyPairResolver(options);
-  const { authFailures } = options;
-  return function authenticateKeyPairMiddleware(req, _res, next) {
-    if (authFailures !== undefined) {
-      authFailures.queueAttempt(
-        req,
-        () => compare(req),
-        (error, auth) => {
-          if (auth !== undefined) req.auth = auth;
-          next(error);
-        },
-      );
-      return;
-    }
-    try {
-      req.auth = compare(req);
-    } catch (error) {
-      next(error);
-      return;
-    }
-    next();
-  };
+  return authenticatingMiddleware(keyPairResolver(options), options.authFailures);
 }
 
 export interface IssueTokenOptions {

@@ -11,10 +11,9 @@ import {
 } from '../core/gate';
 import { DEFAULT_PUBLIC_KEY_HEADER } from '../core/credentials';
 import { errorHandler } from './error-handler';
-import { ConfigurationError, InvalidRequestError } from '../errors';
-import { canonicalClientIp } from '../core/ip-address';
+import { ConfigurationError } from '../errors';
 import { jsonBody, type JsonBodyOptions } from './json-body';
-import { requestId } from './request-context';
+import { assignClientIp, clientIp, requestId } from './request-context';
 import { refuseMalformedRequests } from './request-shape';
 import { issueToken } from './token-exchange';
 import type { CredentialKind, Logger } from '../types';
@@ -135,14 +134,11 @@ export function tollgate<S extends Scopes>(
     readBody: RequestHandler | undefined,
   ): RequestHandler =>
     function protectMiddleware(req, res, next) {
-      if (req.clientIp === undefined) {
-        // `context()` not mounted: derive the client address here rather than share one budget.
-        const ip = canonicalClientIp(req.ip);
-        if (ip === undefined) {
-          next(new InvalidRequestError('The client address could not be determined'));
-          return;
-        }
-        req.clientIp = ip;
+      // `context()` not mounted: derive the client address here rather than share one budget.
+      const noAddress = req.clientIp === undefined ? assignClientIp(req) : undefined;
+      if (noAddress !== undefined) {
+        next(noAddress);
+        return;
       }
       // A spent budget is refused before the body is read (contract 14.1).
       const early = gate.refuseEarly(req, compiled);
@@ -198,7 +194,7 @@ export function tollgate<S extends Scopes>(
   };
 
   const context = (): RequestHandler => {
-    const steps = [requestId(), refuseMalformedRequests()];
+    const steps = [requestId(), refuseMalformedRequests(), clientIp()];
     return function tollgateContext(req, res, next) {
       if (!warnedTrustProxy && req.app.get('trust proxy') === true) {
         warnedTrustProxy = true;
@@ -207,19 +203,7 @@ export function tollgate<S extends Scopes>(
           "app.set('trust proxy', true) lets any client choose its IP: trust your proxies' addresses instead",
         );
       }
-      runAll(steps, req, res, (error?: unknown) => {
-        if (error !== undefined) {
-          next(error);
-          return;
-        }
-        const ip = canonicalClientIp(req.ip);
-        if (ip === undefined) {
-          next(new InvalidRequestError('The client address could not be determined'));
-          return;
-        }
-        req.clientIp = ip;
-        next();
-      });
+      runAll(steps, req, res, next);
     };
   };
 
