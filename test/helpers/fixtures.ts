@@ -106,3 +106,8 @@ export function allSecrets(fixtures: Fixtures): string[] {
 }
 
 export const TOKEN_SECRET = 'test-token-secret-0123456789-abcdefghijklmnop';
+
+/** `key` with its last character changed: never the key itself, whatever that character is. */
+export function withLastCharacterChanged(key: string): string {
+  return `${key.slice(0, -1)}${key.endsWith('x') ? 'y' : 'x'}`;
+}

@@ -10,7 +10,12 @@ import {
   type HttpAnswer,
   withoutRequestId,
 } from '../helpers/error-body';
-import { allSecrets, createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
+import {
+  allSecrets,
+  createFixtures,
+  TOKEN_SECRET,
+  withLastCharacterChanged,
+} from '../helpers/fixtures';
 import {
   bearer,
   type SendOptions,
@@ -320,7 +325,7 @@ describe('error answers (contract section 7)', () => {
     const pairs = [
       { api_key: revoked.publishableKey, api_secret: revoked.secretKey },
       { api_key: generateKey('publishable', 'test'), api_secret: generateKey('secret', 'test') },
-      { api_key: admin.publishableKey, api_secret: `${admin.secretKey.slice(0, -1)}x` },
+      { api_key: admin.publishableKey, api_secret: withLastCharacterChanged(admin.secretKey) },
       { api_key: admin.publishableKey, api_secret: level1.secretKey },
     ];
     const results: SendResult[] = [];

@@ -7,6 +7,7 @@ import { createRateLimiter, type RateLimiter } from '../../lib/express/limiter';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import type { SharedStoreState } from '../../lib/rate-limit/redis-health';
 import { clientIp, requestId } from '../../lib/express/request-context';
+import { withLastCharacterChanged } from '../helpers/fixtures';
 import { bearer, startTestGateway } from '../helpers/gateway';
 import {
   acquireTestRedis,
@@ -237,7 +238,7 @@ describeWithRedis('the rate limiter on a real Redis', () => {
         }),
         gateway.send({
           path: '/api/v1/transactions/',
-          headers: bearer(`${level1.secretKey.slice(0, -1)}x`),
+          headers: bearer(withLastCharacterChanged(level1.secretKey)),
         }),
       ]);
       expect([exchange.status, ...answers.map((answer) => answer.status)]).toEqual([

@@ -5,6 +5,7 @@ import {
   securityEvents,
   UNTHROTTLED,
 } from './hostile-cases';
+import { withLastCharacterChanged } from '../helpers/fixtures';
 
 /**
  * Credentials in the wrong place: publishable keys as Bearer, secret keys where publishable keys
@@ -368,7 +369,7 @@ const cases: HostileCase[] = [
       path: EXCHANGE,
       body: {
         api_key: keys.admin.publishableKey,
-        api_secret: `${keys.admin.secretKey.slice(0, -1)}0`,
+        api_secret: withLastCharacterChanged(keys.admin.secretKey),
       },
     }),
     ...INVALID_PAIR,
