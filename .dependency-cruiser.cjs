@@ -17,7 +17,7 @@ module.exports = {
       name: 'core-without-express',
       severity: 'error',
       comment: 'The decision core is framework-free: doors build facts, the core decides.',
-      from: { path: '^lib/(core|keys|tokens|rate-limit)/' },
+      from: { path: '^lib/(core|keys|tokens|rate-limit|forward-auth)/' },
       to: { path: '(^|/)node_modules/(express|@types/express|body-parser|cors)/|^lib/express/' },
     },
     {

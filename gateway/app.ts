@@ -13,6 +13,7 @@ import {
   refuseQueryCredentials,
   type RequestFacts,
   requestId,
+  type RoutePolicy,
   type ScopeDefinition,
   type SecurityEvent,
   type TokenService,
@@ -81,10 +82,8 @@ export function createApp(options: AppOptions): GatewayApp {
       authenticated: { limit: limits.authenticated, per: 'account' },
       'checkout-create': { limit: limits.checkoutCreate, per: 'ip' },
       'checkout-read': { limit: limits.checkoutRead, per: 'ip' },
-      // Contract 8: a browser holding a merchant's publishable key cannot spend the merchant's
-      // whole `payments` budget.
       'payments-publishable': { limit: limits.publishablePayments, per: 'ip' },
-    } satisfies Record<LimitScope | 'payments-publishable', ScopeDefinition>,
+    } satisfies Record<GatewayScope, ScopeDefinition>,
     windowMs: limits.windowMs,
     authFailureLimit: limits.authFailures,
     redis: options.redis,
@@ -118,28 +117,32 @@ export function createApp(options: AppOptions): GatewayApp {
     browserCors.set(path, gate.cors({ methods }));
   }
 
+  // Forward authentication (contract 12): a reverse proxy asks about a route of the same table,
+  // decided by the same policies, and forwards the request itself.
+  app.use(
+    '/authz',
+    gate.forwardAuth({
+      routes: ROUTES.map((route) => ({
+        method: route.method,
+        path: route.path,
+        ...policyOf(route),
+      })),
+      parameterPattern: ID_PATTERN,
+    }),
+  );
+
   const router = express.Router({ caseSensitive: true, strict: false });
   router.param('id', (_req, _res, next, value: string) => {
     next(ID_PATTERN.test(value) ? undefined : new NotFoundError());
   });
   for (const route of ROUTES) {
-    const id = route.path;
+    const policy = policyOf(route);
     const handlers: RequestHandler[] =
-      route.accept === 'key-pair'
-        ? [gate.tokenExchange({ limit: route.scope, id })]
+      policy.accept === 'key-pair'
+        ? [gate.tokenExchange({ limit: policy.limit, id: policy.id })]
         : [
-            gate.protect({
-              id,
-              accept: route.accept,
-              role: route.minimumRole,
-              limit: route.scope,
-              publishableLimit:
-                route.scope === 'payments' && acceptsPublishableKey(route)
-                  ? 'payments-publishable'
-                  : undefined,
-              // Every body is read and checked before it is proxied.
-              body: true,
-            }),
+            // Every body is read and checked before it is proxied.
+            gate.protect({ ...policy, accept: policy.accept, body: true }),
             proxy.handler,
           ];
     router[route.method === 'GET' ? 'get' : 'post'](
@@ -169,6 +172,24 @@ export function createApp(options: AppOptions): GatewayApp {
     },
     rateLimitState,
   });
+}
+
+type GatewayScope = LimitScope | 'payments-publishable';
+
+/** A route's policy, the same for the gateway's own proxy and for forward authentication. */
+function policyOf(route: RouteSpec): RoutePolicy<GatewayScope> {
+  return {
+    id: route.path,
+    accept: route.accept,
+    role: route.minimumRole,
+    limit: route.scope,
+    // Contract 8: a browser holding a merchant's publishable key cannot spend the merchant's
+    // whole `payments` budget.
+    publishableLimit:
+      route.scope === 'payments' && acceptsPublishableKey(route)
+        ? 'payments-publishable'
+        : undefined,
+  };
 }
 
 function optional<T>(value: T | undefined): T[] {

@@ -41,6 +41,19 @@ export class TollgateError extends Error {
   }
 }
 
+/** The body of every error (contract 7): `{"status", "code", "message", "request_id"}`. */
+export function errorBody(
+  error: TollgateError,
+  requestId: string | undefined,
+): { status: number; code: ErrorCode; message: string; request_id: string | null } {
+  return {
+    status: error.status,
+    code: error.code,
+    message: error.message,
+    request_id: requestId ?? null,
+  };
+}
+
 /** @deprecated The former name of `TollgateError`, the same class. */
 export const GatewayError = TollgateError;
 /** @deprecated The former name of `TollgateError`. */

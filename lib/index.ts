@@ -25,6 +25,27 @@ export {
   type Scopes,
 } from './core/gate';
 export type { RequestFacts } from './core/facts';
+export { IDENTITY_HEADERS, identityHeaders, type IdentityHeader } from './core/identity';
+export {
+  RouteTable,
+  DEFAULT_PARAMETER_PATTERN,
+  type RouteLookup,
+  type RouteTableEntry,
+} from './core/route-table';
+export {
+  allowAnswer,
+  refusalAnswer,
+  originalRequest,
+  FORWARD_AUTH_DIALECTS,
+  type AuthzAnswer,
+  type ForwardAuthDialect,
+  type OriginalRequest,
+} from './forward-auth/dialects';
+export {
+  forwardAuthDoor,
+  type ForwardAuthOptions,
+  type ForwardAuthRoute,
+} from './express/forward-auth';
 export { ScopeCounter, type ScopeDefinition, type ScopeKey, type HeaderPair } from './core/limits';
 export {
   presentedCredential,

@@ -4,6 +4,7 @@ import type { Duplex } from 'node:stream';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import {
   type ErrorCode,
+  errorBody,
   TollgateError,
   HeadersTooLargeError,
   InternalError,
@@ -41,12 +42,7 @@ export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHan
     }
     for (const [name, value] of Object.entries(tollgateError.headers)) res.setHeader(name, value);
     res.setHeader('Cache-Control', 'no-store');
-    res.status(tollgateError.status).json({
-      status: tollgateError.status,
-      code: tollgateError.code,
-      message: tollgateError.message,
-      request_id: req.requestId ?? null,
-    });
+    res.status(tollgateError.status).json(errorBody(tollgateError, req.requestId));
   };
 }
 

@@ -16,6 +16,7 @@ import { jsonBody, type JsonBodyOptions } from './json-body';
 import { assignClientIp, clientIp, requestId } from './request-context';
 import { refuseMalformedRequests } from './request-shape';
 import { issueToken } from './token-exchange';
+import { forwardAuthDoor, type ForwardAuthOptions } from './forward-auth';
 import type { CredentialKind, Logger } from '../types';
 
 /**
@@ -66,6 +67,11 @@ export interface Tollgate<Name extends string = string> {
   protect(options: ProtectOptions<Name>): RequestHandler;
   /** `POST` a key pair, get a token: the whole route, answer included. */
   tokenExchange(options: TokenExchangeOptions<Name>): RequestHandler;
+  /**
+   * The forward-auth endpoints of reverse proxies (contract 12), for `app.use('/authz', …)`:
+   * `/forward-auth` (Traefik, Caddy), `/auth-request` (nginx), `/ext-authz/*` (Envoy).
+   */
+  forwardAuth(options: ForwardAuthOptions<Name>): RequestHandler;
   /** Request id, framing checks and the client IP; mount before every route. */
   context(): RequestHandler;
   /** CORS for routes that browsers call with a publishable key (no credentials mode). */
@@ -193,6 +199,15 @@ export function tollgate<S extends Scopes>(
     };
   };
 
+  const forwardAuth = (spec: ForwardAuthOptions<keyof S & string>): RequestHandler => {
+    refuseUnknownOptions(spec, FORWARD_AUTH_OPTION_NAMES, 'forwardAuth()');
+    return forwardAuthDoor(spec, {
+      gate,
+      credentialHeaders: ['authorization', publicKeyHeader.toLowerCase()],
+      logger,
+    });
+  };
+
   const context = (): RequestHandler => {
     const steps = [requestId(), refuseMalformedRequests(), clientIp()];
     return function tollgateContext(req, res, next) {
@@ -219,6 +234,7 @@ export function tollgate<S extends Scopes>(
   return {
     protect,
     tokenExchange,
+    forwardAuth,
     context,
     cors: browserCors,
     errorHandler: () => errorHandler({ logger }),
@@ -248,6 +264,8 @@ function runAll(
     else runAll(steps, req, res, done, index + 1);
   });
 }
+
+const FORWARD_AUTH_OPTION_NAMES: ReadonlySet<string> = new Set(['routes', 'parameterPattern']);
 
 function refuseUnknownOptions(options: unknown, known: ReadonlySet<string>, where: string): void {
   if (typeof options !== 'object' || options === null) {

@@ -41,6 +41,8 @@ export interface TestGateway {
   readonly logs: CapturedLogs;
   readonly tokens: TokenService;
   send(request: SendOptions): Promise<SendResult>;
+  /** Stops the gateway's listener only (the upstream stays): a gateway that went down. */
+  closeGatewayOnly(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -139,6 +141,16 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
       req.end(payload);
     });
 
+  const stopListening = async (): Promise<void> => {
+    if (!server.listening) return;
+    server.closeAllConnections();
+    await new Promise<void>((resolve) =>
+      server.close(() => {
+        resolve();
+      }),
+    );
+  };
+
   return {
     app,
     url,
@@ -148,13 +160,9 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
     logs,
     tokens,
     send,
+    closeGatewayOnly: stopListening,
     close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) =>
-        server.close(() => {
-          resolve();
-        }),
-      );
+      await stopListening();
       app.shutdown();
       agent.destroy();
       await upstream.close();

@@ -143,6 +143,8 @@ export interface HttpRequest {
   readonly headers?: Record<string, string>;
   /** Sent as JSON. */
   readonly json?: unknown;
+  /** Source address of the connection (any of 127.0.0.0/8), so client addresses are real. */
+  readonly from?: string;
 }
 
 /** One request on its own connection (no keep-alive) to 127.0.0.1:`port`. */
@@ -157,6 +159,7 @@ export function httpRequest(options: HttpRequest): Promise<HttpResult> {
         method: options.method ?? 'GET',
         path: options.path,
         agent: false,
+        ...(options.from === undefined ? {} : { localAddress: options.from }),
         headers: {
           ...options.headers,
           ...(payload === undefined

@@ -1,0 +1,201 @@
+import type { Request, RequestHandler, Response } from 'express';
+import type { CompiledPolicy, Gate, RoutePolicy } from '../core/gate';
+import { RouteTable } from '../core/route-table';
+import {
+  InternalError,
+  InvalidRequestError,
+  MethodNotAllowedError,
+  NotFoundError,
+  type TollgateError,
+} from '../errors';
+import {
+  allowAnswer,
+  type AuthzAnswer,
+  type ForwardAuthDialect,
+  originalRequest,
+  refusalAnswer,
+} from '../forward-auth/dialects';
+import type { HeaderPair } from '../core/limits';
+import type { RequestFacts } from '../core/facts';
+import type { Logger } from '../types';
+import { assignClientIp } from './request-context';
+
+/**
+ * The forward-auth door (contract 12): reverse proxies that forward requests themselves (nginx
+ * `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`, Envoy `ext_authz`) ask it whether a
+ * request may pass. The same gate decides as for `protect()`, on the original method and target
+ * the proxy describes, so a request asked about here counts once against its limits, exactly as
+ * if it had come through the gateway's own proxy. Mount it at `/authz`:
+ *
+ *     app.use(gate.context());
+ *     app.use('/authz', gate.forwardAuth({ routes }));
+ *
+ * It answers `/forward-auth`, `/auth-request` and `/ext-authz/<original path>` under its mount
+ * path, and only to peers the app's `trust proxy` names by address: anyone else gets `404`, as if
+ * it did not exist. With a hop count (or `true`) every peer would count as a proxy, so the door
+ * stays closed and says so once in the log.
+ */
+
+/** A route the proxy may ask about: a method, a path (`:id` parameters) and its policy. */
+export interface ForwardAuthRoute<Name extends string = string> extends RoutePolicy<Name> {
+  readonly method: string;
+  readonly path: string;
+}
+
+export interface ForwardAuthOptions<Name extends string = string> {
+  readonly routes: readonly ForwardAuthRoute<Name>[];
+  /** What a `:name` path parameter matches, whole. Defaults to 1 to 64 of `A-Za-z0-9_-`. */
+  readonly parameterPattern?: RegExp | undefined;
+}
+
+export interface ForwardAuthContext {
+  readonly gate: Gate;
+  /** Header names that carry credentials: Envoy is asked to remove them upstream. */
+  readonly credentialHeaders: readonly string[];
+  readonly logger?: Logger | undefined;
+}
+
+type Route =
+  | { readonly kind: 'policy'; readonly policy: CompiledPolicy }
+  | { readonly kind: 'token-exchange' };
+
+const EXT_AUTHZ = '/ext-authz';
+
+/** Express's compiled `trust proxy` (proxy-addr): is the hop at `index` a trusted proxy? */
+type TrustFunction = (address: string, index: number) => boolean;
+
+export function forwardAuthDoor(
+  options: ForwardAuthOptions,
+  context: ForwardAuthContext,
+): RequestHandler {
+  const { gate, logger } = context;
+  const table = new RouteTable<Route>(
+    options.routes.map((route) => {
+      const { method, path, ...policy } = route;
+      return {
+        method,
+        path,
+        // The token exchange reads its body, which proxies do not forward: it is routed to the
+        // gateway itself (contract 12), and a proxy asking about it is told so.
+        value:
+          policy.accept === 'key-pair'
+            ? { kind: 'token-exchange' }
+            : { kind: 'policy', policy: gate.policy({ id: path, ...policy }) },
+      };
+    }),
+    options.parameterPattern,
+  );
+  let warnedClosed = false;
+
+  const trusted = (req: Request): boolean => {
+    const setting: unknown = req.app.get('trust proxy');
+    if (setting === true || typeof setting === 'number') {
+      if (!warnedClosed) {
+        warnedClosed = true;
+        logger?.warn(
+          { event: 'tollgate.misconfiguration', setting: 'trust proxy' },
+          'forward-auth answers 404: trust proxy is a hop count or true, which trusts any peer; name your proxies by address',
+        );
+      }
+      return false;
+    }
+    const trust = req.app.get('trust proxy fn') as TrustFunction | undefined;
+    const peer = req.socket.remoteAddress;
+    return typeof trust === 'function' && peer !== undefined && trust(peer, 0);
+  };
+
+  return function forwardAuthMiddleware(req, res, next) {
+    const dialect = dialectOf(req.path);
+    if (dialect === undefined) {
+      next();
+      return;
+    }
+    if (!trusted(req)) {
+      next(new NotFoundError());
+      return;
+    }
+    const refuse = (error: TollgateError, headers: readonly HeaderPair[] = []): void => {
+      send(res, refusalAnswer(dialect, error, headers, req.requestId));
+    };
+    const noAddress = req.clientIp === undefined ? assignClientIp(req) : undefined;
+    if (noAddress !== undefined) {
+      refuse(noAddress);
+      return;
+    }
+    const original = originalRequest(dialect, {
+      method: req.method,
+      target: req.url.slice(EXT_AUTHZ.length),
+      headersDistinct: req.headersDistinct,
+    });
+    if (original instanceof InvalidRequestError) {
+      refuse(original);
+      return;
+    }
+    const lookup = table.match(original.method, original.path);
+    if (lookup.kind === 'not_found') {
+      refuse(new NotFoundError());
+      return;
+    }
+    if (lookup.kind === 'method_not_allowed') {
+      refuse(new MethodNotAllowedError(lookup.allowed));
+      return;
+    }
+    const route = lookup.value;
+    if (route.kind === 'token-exchange') {
+      refuse(
+        new InvalidRequestError(
+          'The token exchange reads its body: route it to the gateway itself, not through forward authentication',
+        ),
+      );
+      return;
+    }
+    const facts: RequestFacts = {
+      method: original.method,
+      path: original.path,
+      originalUrl: original.target,
+      headersDistinct: req.headersDistinct,
+      clientIp: req.clientIp,
+      requestId: req.requestId,
+    };
+    const early = gate.refuseEarly(facts, route.policy);
+    if (early !== undefined && !early.allowed) {
+      refuse(early.error, early.headers);
+      return;
+    }
+    gate.decide(facts, route.policy).then(
+      (decision) => {
+        if (decision.allowed) {
+          req.auth = decision.auth;
+          send(
+            res,
+            allowAnswer(dialect, decision.auth, decision.headers, {
+              credentialHeaders: context.credentialHeaders,
+            }),
+          );
+        } else {
+          refuse(decision.error, decision.headers);
+        }
+      },
+      (error: unknown) => {
+        logger?.error(
+          { request_id: req.requestId, error: error instanceof Error ? error.name : typeof error },
+          'unexpected error',
+        );
+        refuse(new InternalError());
+      },
+    );
+  };
+}
+
+function dialectOf(path: string): ForwardAuthDialect | undefined {
+  if (path === '/forward-auth') return 'forward-auth';
+  if (path === '/auth-request') return 'auth-request';
+  if (path === EXT_AUTHZ || path.startsWith(`${EXT_AUTHZ}/`)) return 'ext-authz';
+  return undefined;
+}
+
+function send(res: Response, answer: AuthzAnswer): void {
+  if (res.headersSent || res.destroyed) return;
+  for (const [name, value] of answer.headers) res.append(name, value);
+  res.status(answer.status).end(answer.body);
+}
