@@ -25,7 +25,10 @@ RUN node scripts/gateway-runtime-package.cjs \
   && npm install --omit=dev --ignore-scripts --no-audit --no-fund \
   && npm cache clean --force
 COPY --from=build /app/dist ./dist
-USER node
+COPY scripts/docker-entrypoint.sh /usr/local/bin/tollgate-entrypoint
+# No USER line: the entry point drops from root to the owner of the keys file (never root), so a
+# keys file written on the host by any user is readable. `docker run --user` still works as is.
+ENTRYPOINT ["/usr/local/bin/tollgate-entrypoint"]
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
   CMD ["node", "-e", "require('http').get('http://127.0.0.1:' + (process.env.PORT || 8080) + '/healthz', (r) => process.exit(r.statusCode === 200 ? 0 : 1)).on('error', () => process.exit(1)).setTimeout(4000, () => process.exit(1))"]

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import {
   ConfigurationError,
@@ -76,7 +77,7 @@ type Env = Readonly<Record<string, string | undefined>>;
 
 export function loadConfig(env: Env): GatewayConfig {
   const production = env.NODE_ENV === 'production';
-  const tokenSecret = optional(env, 'TOLLGATE_TOKEN_SECRET');
+  const tokenSecret = secret(env, 'TOLLGATE_TOKEN_SECRET');
   if (
     tokenSecret !== undefined &&
     Buffer.byteLength(tokenSecret, 'utf8') < MIN_TOKEN_SECRET_BYTES
@@ -132,6 +133,30 @@ export function loadConfig(env: Env): GatewayConfig {
 
 function fail(variable: string, problem: string): never {
   throw new ConfigurationError(`${variable} ${problem}`);
+}
+
+/**
+ * A secret from `NAME`, or from the file named by `NAME_FILE` (Docker and Kubernetes secrets), with
+ * one trailing newline removed. Both set is an error; so is a file that cannot be read or is empty.
+ * Nothing of the file's content is ever put in a message.
+ */
+function secret(env: Env, name: string): string | undefined {
+  const value = optional(env, name);
+  const file = optional(env, `${name}_FILE`);
+  if (file === undefined) return value;
+  if (value !== undefined) fail(name, `and ${name}_FILE are both set: set one of them`);
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    return fail(
+      `${name}_FILE`,
+      `names a file that cannot be read (${(error as NodeJS.ErrnoException).code ?? 'error'}): ${file}`,
+    );
+  }
+  const content = text.replace(/\r?\n$/, '');
+  if (content === '') fail(`${name}_FILE`, `names an empty file: ${file}`);
+  return content;
 }
 
 /** Unset and empty are the same: not configured. */
@@ -260,7 +285,7 @@ function redisTarget(env: Env): RedisTarget | undefined {
   const url = optional(env, 'REDIS_URL');
   const cluster = optional(env, 'REDIS_CLUSTER_NODES');
   const sentinels = optional(env, 'REDIS_SENTINELS');
-  const password = optional(env, 'REDIS_PASSWORD');
+  const password = secret(env, 'REDIS_PASSWORD');
   const set = [url, cluster, sentinels].filter((value) => value !== undefined).length;
   if (set > 1) {
     throw new ConfigurationError(

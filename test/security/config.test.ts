@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { loadConfig } from '../../gateway/config';
 import { ConfigurationError } from '../../lib/errors';
 import {
@@ -169,5 +172,67 @@ describe('token service options that would weaken verification', () => {
     ['a TTL given as a string', { ttlSeconds: '1800' as unknown as number }],
   ])('refuses %s', (_name, options) => {
     expect(() => new TokenService({ secret: SECRET, ...options })).toThrow(ConfigurationError);
+  });
+});
+
+describe('secrets read from files (TOLLGATE_TOKEN_SECRET_FILE, REDIS_PASSWORD_FILE)', () => {
+  let directory = '';
+  const write = (name: string, text: string): string => {
+    const file = path.join(directory, name);
+    writeFileSync(file, text, { mode: 0o600 });
+    return file;
+  };
+
+  beforeAll(() => {
+    directory = mkdtempSync(path.join(tmpdir(), 'tollgate-secrets-'));
+  });
+  afterAll(() => {
+    rmSync(directory, { recursive: true, force: true });
+  });
+
+  it('reads the token secret from its file, without the trailing newline', () => {
+    const file = write('token_secret', `${SECRET}\n`);
+    expect(loadConfig({ TOLLGATE_TOKEN_SECRET_FILE: file }).tokenSecret).toBe(SECRET);
+  });
+
+  it('reads the Redis password from its file', () => {
+    const file = write('redis_password', 'redis-password-0123\n');
+    const config = loadConfig({
+      ...BASE,
+      REDIS_SENTINELS: '127.0.0.1:26379',
+      REDIS_SENTINEL_NAME: 'main',
+      REDIS_PASSWORD_FILE: file,
+    });
+    expect(config.redis).toEqual({
+      kind: 'sentinel',
+      sentinels: ['127.0.0.1:26379'],
+      name: 'main',
+      password: 'redis-password-0123',
+    });
+  });
+
+  it('refuses a secret set both ways, a missing file, an empty file and a short secret, never echoing it', () => {
+    const file = write('short', 'too-short\n');
+    const cases: [Record<string, string>, RegExp][] = [
+      [
+        { TOLLGATE_TOKEN_SECRET: SECRET, TOLLGATE_TOKEN_SECRET_FILE: file },
+        /^TOLLGATE_TOKEN_SECRET and TOLLGATE_TOKEN_SECRET_FILE are both set/,
+      ],
+      [
+        { TOLLGATE_TOKEN_SECRET_FILE: path.join(directory, 'absent') },
+        /^TOLLGATE_TOKEN_SECRET_FILE names a file that cannot be read \(ENOENT\)/,
+      ],
+      [
+        { TOLLGATE_TOKEN_SECRET_FILE: write('empty', '\n') },
+        /^TOLLGATE_TOKEN_SECRET_FILE names an empty file/,
+      ],
+      [{ TOLLGATE_TOKEN_SECRET_FILE: file }, /^TOLLGATE_TOKEN_SECRET must be at least 32 bytes/],
+    ];
+    for (const [env, expected] of cases) {
+      const message = refusal(env);
+      expect(message).toMatch(expected);
+      expect(message).not.toContain('too-short');
+      expect(message).not.toContain(SECRET);
+    }
   });
 });
