@@ -56,6 +56,15 @@ export interface GatewayConfig {
   readonly production: boolean;
   readonly expectedInstances: number;
   readonly limits: LimitsConfig;
+  /** The admin listener (contract 13); `undefined`: none. */
+  readonly admin: AdminConfig | undefined;
+}
+
+export interface AdminConfig {
+  readonly port: number;
+  readonly host: string;
+  /** SHA-256 (64 lowercase hex) of the admin token; `undefined`: key-management routes 404. */
+  readonly tokenSha256: string | undefined;
 }
 
 export const DEFAULT_LIMITS: LimitsConfig = {
@@ -128,6 +137,7 @@ export function loadConfig(env: Env): GatewayConfig {
     production,
     expectedInstances: integer(env, 'TOLLGATE_EXPECTED_INSTANCES', 1, 1, 1000),
     limits,
+    admin: admin(env),
   };
 }
 
@@ -174,11 +184,38 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   return Number(value);
 }
 
-function host(env: Env): string {
-  const value = optional(env, 'HOST') ?? '127.0.0.1';
+function host(env: Env, name = 'HOST'): string {
+  const value = optional(env, name) ?? '127.0.0.1';
   if (isIP(value) === 0 && !/^[A-Za-z0-9.-]{1,253}$/.test(value))
-    fail('HOST', `is not an address: ${JSON.stringify(value)}`);
+    fail(name, `is not an address: ${JSON.stringify(value)}`);
   return value;
+}
+
+function admin(env: Env): AdminConfig | undefined {
+  const tokenSha256 = optional(env, 'TOLLGATE_ADMIN_TOKEN_SHA256');
+  if (tokenSha256 !== undefined && !/^[0-9a-f]{64}$/.test(tokenSha256)) {
+    fail(
+      'TOLLGATE_ADMIN_TOKEN_SHA256',
+      'must be 64 lowercase hex digits (the SHA-256 of the admin token)',
+    );
+  }
+  if (optional(env, 'TOLLGATE_ADMIN_PORT') === undefined) {
+    if (tokenSha256 !== undefined || optional(env, 'TOLLGATE_ADMIN_HOST') !== undefined) {
+      fail(
+        'TOLLGATE_ADMIN_PORT',
+        'is required with TOLLGATE_ADMIN_HOST or TOLLGATE_ADMIN_TOKEN_SHA256',
+      );
+    }
+    return undefined;
+  }
+  const port = integer(env, 'TOLLGATE_ADMIN_PORT', 0, 0, 65535);
+  if (port !== 0 && port === integer(env, 'PORT', 8080, 0, 65535)) {
+    fail(
+      'TOLLGATE_ADMIN_PORT',
+      'must differ from PORT: API clients never reach the admin listener',
+    );
+  }
+  return { port, host: host(env, 'TOLLGATE_ADMIN_HOST'), tokenSha256 };
 }
 
 function trustProxy(env: Env): TrustProxy {

@@ -5,11 +5,13 @@ import {
   ConfigurationError,
   createLimiterRedis,
   FileKeyStore,
+  type KeyDirectory,
   type KeyStore,
   type LimiterRedisConnection,
   type Logger,
   TokenService,
 } from '../lib';
+import { createAdminApp } from './admin';
 import { createApp, type GatewayApp } from './app';
 import type { GatewayConfig, RedisTarget } from './config';
 import { createGatewayServer } from './http-server';
@@ -25,6 +27,8 @@ import { startStubUpstream } from './stub-upstream';
 export interface RunningGateway {
   readonly server: http.Server;
   readonly url: string;
+  /** The admin listener's URL, when `TOLLGATE_ADMIN_PORT` is set. */
+  readonly adminUrl: string | undefined;
   readonly app: GatewayApp;
   readonly keyStore: KeyStore;
   /** Re-reads the keys file (SIGHUP); resolves false, keeping the old keys, when it fails. */
@@ -43,7 +47,7 @@ export async function startGateway(
   options: StartOptions,
 ): Promise<RunningGateway> {
   const { logger } = options;
-  let keyStore: KeyStore;
+  let keyStore: KeyStore & KeyDirectory;
   let fileStore: FileKeyStore | undefined;
   if (config.keysFile === undefined) {
     const demo = createDemoKeys();
@@ -118,16 +122,39 @@ export async function startGateway(
   };
 
   const server = createGatewayServer(app);
-  server.listen(config.port, config.host);
-  await new Promise<void>((resolve, reject) => {
-    server.once('listening', resolve);
-    server.once('error', (error: NodeJS.ErrnoException) => {
-      reject(listenError(error, config.host, config.port));
-    });
-  });
-  const address = server.address() as AddressInfo;
-  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  const url = `http://${host}:${address.port}`;
+  const url = await listen(server, config.host, config.port);
+  const adminApp =
+    config.admin === undefined
+      ? undefined
+      : createAdminApp({
+          directory: keyStore,
+          tokenSha256: config.admin.tokenSha256,
+          logger,
+          readOnlyReason:
+            fileStore === undefined
+              ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'
+              : 'Keys come from a keys file: change it with the key command and send SIGHUP, or set TOLLGATE_DATABASE_URL',
+        });
+  const adminServer = adminApp === undefined ? undefined : createGatewayServer(adminApp);
+  const adminUrl =
+    adminServer === undefined || config.admin === undefined
+      ? undefined
+      : await listen(adminServer, config.admin.host, config.admin.port).catch(
+          async (error: unknown) => {
+            await drain(server, 0);
+            throw error;
+          },
+        );
+  if (adminUrl !== undefined) {
+    logger.info(
+      {
+        event: 'admin.started',
+        url: adminUrl,
+        key_management: config.admin?.tokenSha256 !== undefined,
+      },
+      `Tollgate admin listener on ${adminUrl}`,
+    );
+  }
   logger.info(
     {
       event: 'gateway.started',
@@ -142,11 +169,16 @@ export async function startGateway(
   return {
     server,
     url,
+    adminUrl,
     app,
     keyStore,
     reloadKeys: () => (fileStore === undefined ? Promise.resolve(true) : reloadKeys(fileStore)),
     stop: async (drainMs = 10_000) => {
-      await drain(server, drainMs);
+      await Promise.all([
+        drain(server, drainMs),
+        adminServer === undefined ? undefined : drain(adminServer, drainMs),
+      ]);
+      adminApp?.shutdown();
       app.shutdown();
       await redis?.close();
       if (stub !== undefined) await drain(stub.server, 1000);
@@ -181,6 +213,20 @@ async function drain(server: http.Server, drainMs: number): Promise<void> {
   }, drainMs);
   await closed;
   clearTimeout(timer);
+}
+
+/** Listens on `host:port` and resolves with the URL, or rejects naming the address. */
+async function listen(server: http.Server, host: string, port: number): Promise<string> {
+  server.listen(port, host);
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', (error: NodeJS.ErrnoException) => {
+      reject(listenError(error, host, port));
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return `http://${shown}:${address.port}`;
 }
 
 /** A listen failure that names the address: `EADDRINUSE` alone does not say which one. */

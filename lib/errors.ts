@@ -11,11 +11,13 @@ export const ERROR_CODES = [
   'invalid_credentials',
   'invalid_token',
   'expired_token',
+  'expired_api_key',
   'credential_not_allowed',
   'insufficient_role',
   'ip_not_whitelisted',
   'not_found',
   'method_not_allowed',
+  'conflict',
   'payload_too_large',
   'unsupported_media_type',
   'headers_too_large',
@@ -117,6 +119,14 @@ export class MethodNotAllowedError extends TollgateError {
   override readonly name = 'MethodNotAllowedError';
   constructor(allowed: readonly string[]) {
     super(405, 'method_not_allowed', 'Method not allowed', { Allow: allowed.join(', ') });
+  }
+}
+
+/** A key-management write that the key store cannot take (contract 13): a keys file is read-only. */
+export class ConflictError extends TollgateError {
+  override readonly name = 'ConflictError';
+  constructor(message: string) {
+    super(409, 'conflict', message);
   }
 }
 

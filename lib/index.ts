@@ -90,7 +90,14 @@ export {
   type KeyType,
   type KeyEnvironment,
 } from './keys/key-format';
-export { KeyRing, FileKeyStore, sha256, type KeyRecord, type KeyStore } from './keys/key-store';
+export {
+  KeyRing,
+  FileKeyStore,
+  sha256,
+  type KeyDirectory,
+  type KeyRecord,
+  type KeyStore,
+} from './keys/key-store';
 export {
   TokenService,
   DEFAULT_TOKEN_TTL_SECONDS,

@@ -28,3 +28,8 @@ export interface KeyStore {
   findByPublishableKey(publishableKey: string): KeyRecord | undefined;
   findById(keyId: string): KeyRecord | undefined;
 }
+
+/** A store that can list every key it holds (the admin listener reads it; contract 13). */
+export interface KeyDirectory {
+  keyRecords(): readonly KeyRecord[];
+}

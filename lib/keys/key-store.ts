@@ -1,10 +1,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { ConfigurationError } from '../errors';
-import type { KeyRecord, KeyStore } from './key-record';
+import type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
 import { parseKeysDocument } from './keys-file';
 
-export type { KeyRecord, KeyStore } from './key-record';
+export type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
 
 export function sha256(value: string): Buffer {
   return createHash('sha256').update(value, 'utf8').digest();
@@ -14,7 +14,7 @@ export function sha256(value: string): Buffer {
 const ABSENT_DIGEST = sha256('tollgate: no such key');
 
 /** An immutable, indexed set of key records. */
-export class KeyRing implements KeyStore {
+export class KeyRing implements KeyStore, KeyDirectory {
   private readonly bySecretDigest = new Map<string, KeyRecord>();
   private readonly byPublishableKey = new Map<string, KeyRecord>();
   private readonly byId = new Map<string, KeyRecord>();
@@ -30,6 +30,10 @@ export class KeyRing implements KeyStore {
   /** Parses a keys document (the JSON of the keys file); throws `ConfigurationError` on any fault. */
   static fromDocument(document: unknown, source = 'keys file'): KeyRing {
     return new KeyRing(parseKeysDocument(document, source));
+  }
+
+  keyRecords(): readonly KeyRecord[] {
+    return this.records;
   }
 
   findBySecretKey(secretKey: string): KeyRecord | undefined {
@@ -59,7 +63,7 @@ export class KeyRing implements KeyStore {
  * The keys file (see the README): loaded at start, swapped whole on `reload()`. A file that fails
  * to load leaves the keys in force unchanged, so a bad edit never locks everyone out.
  */
-export class FileKeyStore implements KeyStore {
+export class FileKeyStore implements KeyStore, KeyDirectory {
   /** The last reload scheduled, settled (never rejects): the next one starts after it. */
   private tail: Promise<unknown> = Promise.resolve();
   /** The reload scheduled and not yet reading the file, which calls until it starts share. */
@@ -100,6 +104,10 @@ export class FileKeyStore implements KeyStore {
       });
     this.tail = read.catch(() => undefined);
     return read;
+  }
+
+  keyRecords(): readonly KeyRecord[] {
+    return this.ring.records;
   }
 
   findBySecretKey(secretKey: string): KeyRecord | undefined {
