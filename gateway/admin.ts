@@ -175,7 +175,7 @@ interface KeyView {
 /**
  * Accounts and their keys as contract 13 shows them, never a secret or its digest, plus
  * `revoked`. A keys file records neither when a key was created or revoked nor when it was last
- * used: those are `null` there, and `revoked` says what the file says.
+ * used: those are `null` there; `revoked` and `expires_at` say what the file says.
  */
 function accountViews(records: readonly KeyRecord[]): AccountView[] {
   const accounts = new Map<string, AccountView>();
@@ -194,7 +194,7 @@ function accountViews(records: readonly KeyRecord[]): AccountView[] {
       role: record.role,
       publishable_key: record.publishableKey,
       created_at: null,
-      expires_at: null,
+      expires_at: record.expiresAt === undefined ? null : new Date(record.expiresAt).toISOString(),
       revoked_at: null,
       last_used_at: null,
       revoked: record.revoked,

@@ -74,6 +74,7 @@ const AUTHENTICATION_MESSAGES = {
   invalid_credentials: 'Invalid API key or secret',
   invalid_token: 'Invalid token',
   expired_token: 'Expired token',
+  expired_api_key: 'Expired API key',
   credential_not_allowed: 'This credential is not accepted on this route',
 } as const;
 
@@ -87,6 +88,7 @@ export class AuthenticationError extends TollgateError {
       | 'invalid_credentials'
       | 'invalid_token'
       | 'expired_token'
+      | 'expired_api_key'
       | 'credential_not_allowed',
     message: string = AUTHENTICATION_MESSAGES[code],
   ) {

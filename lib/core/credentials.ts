@@ -2,7 +2,7 @@ import type { RequestFacts } from './facts';
 import { containsSecretOrToken } from './credential-scan';
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from '../errors';
 import { isPlausibleKey, keyPrefixType, keyShape } from '../keys/key-format';
-import type { KeyRecord, KeyStore } from '../keys/key-store';
+import { isExpired, type KeyRecord, type KeyStore } from '../keys/key-record';
 import { MAX_TOKEN_LENGTH, type TokenService } from '../tokens/tokens';
 import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
 import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../types';
@@ -206,7 +206,7 @@ function authenticateSecretKey(
       'Secret keys must never be used from a browser; use a publishable key or a token from your server',
     );
   }
-  return contextOf(key, 'secret');
+  return contextOf(unexpired(key), 'secret');
 }
 
 /**
@@ -246,7 +246,8 @@ function authenticateToken(token: string, config: ResolvedOptions): AuthContext 
   if (config.tokens === undefined) throw new AuthenticationError('invalid_token');
   const claims = config.tokens.verify(token);
   const key = usable(config.keyStore.findById(claims.keyId));
-  if (key?.accountId !== claims.accountId) {
+  // A token dies with its key: revoked, expired or moved to another account (contract 13).
+  if (key?.accountId !== claims.accountId || isExpired(key, Date.now())) {
     throw new AuthenticationError('invalid_token');
   }
   return { ...contextOf(key, 'token'), tokenId: claims.tokenId };
@@ -262,7 +263,7 @@ function authenticatePublishableKey(
     keyPrefixType(value) === 'secret'
       ? undefined
       : usable(config.keyStore.findByPublishableKey(value));
-  if (key !== undefined) return contextOf(key, 'publishable');
+  if (key !== undefined) return contextOf(unexpired(key), 'publishable');
   // A secret key sent where publishable keys go never authenticates, and is reported as leaked.
   reportLeakedSecretKey(value, req, config);
   throw new AuthenticationError('invalid_api_key');
@@ -278,6 +279,12 @@ function reportLeakedSecretKey(value: string, req: RequestFacts, config: Resolve
 
 function usable(key: KeyRecord | undefined): KeyRecord | undefined {
   return key === undefined || key.revoked ? undefined : key;
+}
+
+/** `key`, or `401 expired_api_key` once it is past its `expiresAt` (contract 13). */
+export function unexpired(key: KeyRecord): KeyRecord {
+  if (isExpired(key, Date.now())) throw new AuthenticationError('expired_api_key');
+  return key;
 }
 
 export function contextOf(key: KeyRecord, credential: CredentialKind): AuthContext {

@@ -2,7 +2,7 @@ import { AuthenticationError, ConfigurationError, InvalidRequestError } from '..
 import { isPlausibleKey } from '../keys/key-format';
 import type { KeyStore } from '../keys/key-store';
 import type { AuthContext } from '../types';
-import { contextOf, hasBrowserSignals, leaked, type SecurityEvent } from './credentials';
+import { contextOf, unexpired, hasBrowserSignals, leaked, type SecurityEvent } from './credentials';
 import type { RequestFacts } from './facts';
 
 /**
@@ -56,7 +56,7 @@ export function keyPairResolver(
         'Secret keys must never be used from a browser; exchange them for a token on your server',
       );
     }
-    return contextOf(key, 'secret');
+    return contextOf(unexpired(key), 'secret');
   };
 }
 

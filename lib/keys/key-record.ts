@@ -9,6 +9,8 @@ export interface KeyRecord {
   readonly publishableKey: string;
   readonly secretKeySha256: Buffer;
   readonly revoked: boolean;
+  /** When the key stops authenticating, in ms since the epoch (contract 13); `undefined`: never. */
+  readonly expiresAt?: number | undefined;
   /** The account's whitelist, shared by all its keys; `undefined`: not restricted. */
   readonly ipWhitelist: IpWhitelist | undefined;
 }
@@ -17,8 +19,8 @@ export interface KeyRecord {
  * Where keys are looked up: synchronously, in memory. A request never waits on a file or a
  * database, and a credential is compared in the same synchronous step as the failed-authentication
  * budget is checked and counted (contract 14.1). A store over a database keeps the whole ring in
- * memory and swaps it when the database says it changed. Revoked keys are returned with
- * `revoked: true`: callers refuse them.
+ * memory and swaps it when the database says it changed. Revoked and expired keys are returned as
+ * they are (`revoked: true`, `expiresAt` past): callers refuse them.
  */
 export interface KeyStore {
   /** The key whose secret has this value, compared by SHA-256 digest in constant time. */
@@ -32,4 +34,9 @@ export interface KeyStore {
 /** A store that can list every key it holds (the admin listener reads it; contract 13). */
 export interface KeyDirectory {
   keyRecords(): readonly KeyRecord[];
+}
+
+/** True when `key` is past its `expiresAt` at `now` (ms since the epoch). */
+export function isExpired(key: KeyRecord, now: number): boolean {
+  return key.expiresAt !== undefined && now >= key.expiresAt;
 }

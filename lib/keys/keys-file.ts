@@ -8,7 +8,7 @@ import { OWNER_ROLE, parseRole } from '../core/roles';
  * Validation of the keys document:
  *
  *     { "accounts": [ { "id", "ipWhitelist"?, "keys": [ { "id", "publishableKey",
- *                                                          "secretKeySha256", "role"?, "revoked"? } ] } ] }
+ *                                                          "secretKeySha256", "role"?, "revoked"?, "expiresAt"? } ] } ] }
  *
  * Every fault is a `ConfigurationError` naming the entry (`accounts[0].keys[1].role: …`). Unknown
  * fields are faults too: a misspelt `ipWhitelist` must not silently lift a restriction.
@@ -17,7 +17,17 @@ import { OWNER_ROLE, parseRole } from '../core/roles';
 const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
 const DIGEST_PATTERN = /^[0-9a-f]{64}$/;
 const ACCOUNT_FIELDS = new Set(['id', 'ipWhitelist', 'keys']);
-const KEY_FIELDS = new Set(['id', 'publishableKey', 'secretKeySha256', 'role', 'revoked']);
+const KEY_FIELDS = new Set([
+  'id',
+  'publishableKey',
+  'secretKeySha256',
+  'role',
+  'revoked',
+  'expiresAt',
+]);
+/** RFC 3339 with a time zone: `2026-12-31T23:59:59Z`, `2026-12-31T23:59:59.5+02:00`. */
+const RFC3339_PATTERN =
+  /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/i;
 
 export function parseKeysDocument(document: unknown, source: string): KeyRecord[] {
   const fail = (where: string, problem: string): never => {
@@ -89,6 +99,7 @@ export function parseKeysDocument(document: unknown, source: string): KeyRecord[
         publishableKey: pk,
         secretKeySha256: Buffer.from(digest as string, 'hex'),
         revoked: key.revoked === true,
+        expiresAt: expiresAt(key.expiresAt, `${at}.expiresAt`, fail),
         ipWhitelist,
       });
     });
@@ -113,6 +124,23 @@ function asObject(
     }
   }
   return value as Record<string, unknown>;
+}
+
+/** A key's deadline in ms since the epoch, from an RFC 3339 time; `undefined` when absent. */
+function expiresAt(value: unknown, where: string, fail: Fail): number | undefined {
+  if (value === undefined) return undefined;
+  const time = typeof value === 'string' && RFC3339_PATTERN.test(value) ? Date.parse(value) : NaN;
+  if (!Number.isFinite(time) || !isCalendarDate(value as string)) {
+    return fail(where, 'must be an RFC 3339 time with a zone, e.g. "2026-12-31T23:59:59Z"');
+  }
+  return time;
+}
+
+/** `2026-02-30…` matches the pattern and `Date.parse` rolls it over to March: refuse it. */
+function isCalendarDate(time: string): boolean {
+  const [year, month, day] = time.slice(0, 10).split('-').map(Number);
+  const daysInMonth = new Date(Date.UTC(year ?? 0, month ?? 0, 0)).getUTCDate();
+  return (day ?? 0) <= daysInMonth;
 }
 
 function identifier(value: unknown, where: string, fail: Fail): string {

@@ -323,3 +323,37 @@ describe('KeyRing.fromDocument', () => {
     ]);
   });
 });
+
+describe('expiresAt on a key (contract 13)', () => {
+  it.each([
+    ['2026-12-31T23:59:59Z', Date.UTC(2026, 11, 31, 23, 59, 59)],
+    ['2026-12-31T23:59:59.250Z', Date.UTC(2026, 11, 31, 23, 59, 59, 250)],
+    ['2027-01-01T01:59:59+02:00', Date.UTC(2026, 11, 31, 23, 59, 59)],
+    ['2028-02-29t00:00:00z', Date.UTC(2028, 1, 29)],
+  ])('reads %s as an instant', (text, expected) => {
+    const document = validDocument();
+    key(document, 0, 0).expiresAt = text;
+    expect(parseKeysDocument(document, SOURCE)[0]?.expiresAt).toBe(expected);
+  });
+
+  it('leaves a key without expiresAt without a deadline', () => {
+    expect(parseKeysDocument(validDocument(), SOURCE)[0]?.expiresAt).toBeUndefined();
+  });
+
+  it.each([
+    ['no zone', '2026-12-31T23:59:59'],
+    ['a date only', '2026-12-31'],
+    ['a day the month does not have', '2026-02-30T00:00:00Z'],
+    ['April 31', '2026-04-31T00:00:00Z'],
+    ['hour 24', '2026-12-31T24:00:00Z'],
+    ['a number', 1798761599000],
+    ['spaces', ' 2026-12-31T23:59:59Z'],
+    ['a word', 'tomorrow'],
+  ])('refuses %s, naming the entry', (_what, value) => {
+    const document = validDocument();
+    key(document, 1, 1).expiresAt = value;
+    expect(loadError(document).message).toBe(
+      `${SOURCE}: accounts[1].keys[1].expiresAt: must be an RFC 3339 time with a zone, e.g. "2026-12-31T23:59:59Z"`,
+    );
+  });
+});
