@@ -14,7 +14,11 @@ export function canonicalClientIp(value: string | undefined): string | undefined
   // a forwarded value cannot vary it to make new rate-limit keys or log text.
   const zone = value.indexOf('%');
   const address = zone === -1 ? value : value.slice(0, zone);
-  if (isIP(address) === 0 || (zone !== -1 && isIP(address) !== 6)) return undefined;
+  const family = isIP(address);
+  // node:net reads IPv4 as four decimal parts without leading zeros only: that is already the
+  // canonical form, so the common case needs no parse.
+  if (family === 4 && zone === -1) return address;
+  if (family !== 6) return undefined;
   try {
     return ipaddr.process(address).toString();
   } catch {

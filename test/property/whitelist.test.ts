@@ -250,6 +250,28 @@ describe('whitelist matching', () => {
     );
   });
 
+  it('answers from its memo as a whitelist that has seen nothing, whatever came before', () => {
+    const entries = ['10.0.0.0/8', '192.168.1.7', '2001:db8::/32'];
+    const remembering = IpWhitelist.parse(entries);
+    const client = fc.oneof(
+      fc.ipV4(),
+      fc.ipV4Extended(),
+      fc.ipV6(),
+      fc.ipV4().map((address) => `::ffff:${address}`),
+      fc.integer({ min: 167772160, max: 184549375 }).map(String),
+      fc.constantFrom('10.0.0.1', '10.1', '010.0.0.1', '::ffff:10.0.0.1', '2001:DB8::1'),
+      fc.string(),
+    );
+    fc.assert(
+      fc.property(fc.array(client, { minLength: 1, maxLength: 20 }), (clients) => {
+        for (const value of clients) {
+          expect(remembering.allows(value)).toBe(IpWhitelist.parse(entries).allows(value));
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
   it('reads client addresses without throwing and drops zone ids', () => {
     fc.assert(
       fc.property(
