@@ -1,4 +1,6 @@
+import { isIP } from 'node:net';
 import fc from 'fast-check';
+import ipaddr from 'ipaddr.js';
 import { ConfigurationError } from '../../lib/errors';
 import { canonicalClientIp, formatCidr, parseCidrEntry } from '../../lib/core/ip-address';
 import { IpWhitelist } from '../../lib/core/ip-whitelist';
@@ -268,6 +270,35 @@ describe('whitelist matching', () => {
           expect(remembering.allows(value)).toBe(IpWhitelist.parse(entries).allows(value));
         }
       }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('canonicalises a client address as ipaddr.js does, with or without its fast paths', () => {
+    const reference = (value: string): string | undefined => {
+      const address = value.split('%')[0] ?? '';
+      const family = isIP(address);
+      if (family === 0 || (value.includes('%') && family !== 6)) return undefined;
+      return ipaddr.process(address).toString();
+    };
+    const mapped = fc
+      .tuple(fc.ipV4(), fc.constantFrom('::ffff:', '::FFFF:', '::fFfF:', '0:0:0:0:0:ffff:'))
+      .map(([address, prefix]) => `${prefix}${address}`);
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.ipV4(),
+          fc.ipV4Extended(),
+          fc.ipV6(),
+          mapped,
+          mapped.map((address) => `${address}%eth0`),
+          fc.ipV4().map((address) => `${address}%eth0`),
+          fc.string(),
+        ),
+        (value) => {
+          expect(canonicalClientIp(value)).toBe(reference(value));
+        },
+      ),
       { numRuns: RUNS },
     );
   });
