@@ -7,6 +7,8 @@ import ipaddr from 'ipaddr.js';
  * The lenient forms `ipaddr.js` also reads (`010.0.0.1` as octal, `10.1`, `167772161`) are refused.
  */
 
+const MAPPED_PREFIX = /^::ffff:/i;
+
 /** Canonical form of a client address, or `undefined` when `value` is not an IP address. */
 export function canonicalClientIp(value: string | undefined): string | undefined {
   if (value === undefined || value.length > 64) return undefined;
@@ -14,7 +16,17 @@ export function canonicalClientIp(value: string | undefined): string | undefined
   // a forwarded value cannot vary it to make new rate-limit keys or log text.
   const zone = value.indexOf('%');
   const address = zone === -1 ? value : value.slice(0, zone);
-  if (isIP(address) === 0 || (zone !== -1 && isIP(address) !== 6)) return undefined;
+  const family = isIP(address);
+  // node:net reads IPv4 as four decimal parts without leading zeros only: that is already the
+  // canonical form, so the common case needs no parse.
+  if (family === 4 && zone === -1) return address;
+  if (family !== 6) return undefined;
+  // An IPv4 client of a dual-stack socket (`::ffff:a.b.c.d`, how Node shows them when it listens
+  // on `::`) is that IPv4 address; node:net has read its IPv4 part strictly already.
+  if (MAPPED_PREFIX.test(address)) {
+    const ipv4 = address.slice(7);
+    if (isIP(ipv4) === 4) return ipv4;
+  }
   try {
     return ipaddr.process(address).toString();
   } catch {

@@ -28,9 +28,22 @@ export function clientIp(): RequestHandler {
   };
 }
 
-/** Sets `req.clientIp` as `clientIp()` does; returns the refusal when there is no address. */
+/**
+ * Sets `req.clientIp` as `clientIp()` does; returns the refusal when there is no address.
+ *
+ * Express computes `req.ip` afresh (proxy-addr over `X-Forwarded-For` and the trust function) on
+ * every read: it is read once here and kept on the request as the same value, so later readers
+ * (express-rate-limit, the app's own code) do not compute it again.
+ */
 export function assignClientIp(req: Request): InvalidRequestError | undefined {
-  const ip = canonicalClientIp(req.ip);
+  const address = req.ip;
+  Object.defineProperty(req, 'ip', {
+    configurable: true,
+    enumerable: true,
+    writable: true,
+    value: address,
+  });
+  const ip = canonicalClientIp(address);
   if (ip === undefined)
     return new InvalidRequestError('The client address could not be determined');
   req.clientIp = ip;

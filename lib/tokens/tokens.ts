@@ -19,6 +19,9 @@ export const MAX_TOKEN_LENGTH = 2048;
 const ISSUER = 'tollgate';
 const ALGORITHM = 'HS256';
 const MAX_TTL_SECONDS = 24 * 60 * 60;
+/** Verified tokens remembered by default (see `verifiedTokenCacheSize`). */
+export const DEFAULT_VERIFIED_TOKEN_CACHE_SIZE = 10_000;
+const MAX_VERIFIED_TOKEN_CACHE_SIZE = 1_000_000;
 
 export interface TokenServiceOptions {
   /** The HMAC secret, at least 32 bytes. */
@@ -29,6 +32,13 @@ export interface TokenServiceOptions {
   clockToleranceSeconds?: number;
   /** The current time in milliseconds. Defaults to `Date.now`; tests freeze it. */
   now?: () => number;
+  /**
+   * How many verified tokens to remember, by their exact text, so that the next presentation of
+   * the same token skips the signature check (its times are still checked against `now`, and the
+   * caller still looks its key up). The oldest is forgotten first. Defaults to 10 000; 0 turns
+   * the cache off.
+   */
+  verifiedTokenCacheSize?: number;
 }
 
 /** What a verified token says. Authorisation uses the key record, never the token's `role`. */
@@ -47,6 +57,13 @@ export interface IssuedToken {
   readonly tokenId: string;
 }
 
+/** A token that passed every check, with the times to check again on each presentation. */
+interface VerifiedToken {
+  readonly claims: TokenClaims;
+  /** `nbf` when the payload has one (tokens minted here have none). */
+  readonly notBefore: number | undefined;
+}
+
 interface TokenPayload {
   sub: string;
   acct: string;
@@ -62,6 +79,9 @@ export class TokenService {
   private readonly secret: KeyObject;
   private readonly clockTolerance: number;
   private readonly now: () => number;
+  /** Verified tokens by exact text, oldest first; failures are never remembered. */
+  private readonly verified = new Map<string, VerifiedToken>();
+  private readonly verifiedCapacity: number;
 
   constructor(options: TokenServiceOptions) {
     const secret = Buffer.isBuffer(options.secret)
@@ -95,6 +115,18 @@ export class TokenService {
     this.ttlSeconds = ttl;
     this.clockTolerance = tolerance;
     this.now = options.now ?? Date.now;
+    const capacity = options.verifiedTokenCacheSize ?? DEFAULT_VERIFIED_TOKEN_CACHE_SIZE;
+    if (
+      typeof capacity !== 'number' ||
+      !Number.isInteger(capacity) ||
+      capacity < 0 ||
+      capacity > MAX_VERIFIED_TOKEN_CACHE_SIZE
+    ) {
+      throw new ConfigurationError(
+        `TokenService: verifiedTokenCacheSize must be a whole number from 0 to ${MAX_VERIFIED_TOKEN_CACHE_SIZE}`,
+      );
+    }
+    this.verifiedCapacity = capacity;
   }
 
   issue(key: Pick<KeyRecord, 'id' | 'accountId' | 'role'>): IssuedToken {
@@ -113,10 +145,20 @@ export class TokenService {
     return { token, expiresIn: this.ttlSeconds, tokenId };
   }
 
-  /** Throws `AuthenticationError` `expired_token` after `exp`, `invalid_token` for anything else. */
+  /**
+   * Throws `AuthenticationError` `expired_token` after `exp`, `invalid_token` for anything else.
+   *
+   * A token verified before (the same text, so the same signature, header and payload) is answered
+   * from memory: everything that does not depend on the time was checked then, and what does
+   * (`exp`, `iat`, `nbf`) is checked again now, in jsonwebtoken's order, so the answer is the one a
+   * full verification would give. Whether its key still exists, is revoked or changed role is the
+   * caller's to look up on every request, as before.
+   */
   verify(token: string): TokenClaims {
     if (token.length > MAX_TOKEN_LENGTH) throw invalidToken();
     const nowSeconds = Math.floor(this.now() / 1000);
+    const known = this.verified.get(token);
+    if (known !== undefined) return this.stillValid(token, known, nowSeconds);
     let decoded: jwt.Jwt;
     try {
       decoded = jwt.verify(token, this.secret, {
@@ -141,7 +183,44 @@ export class TokenService {
     }
     const claims = this.claimsOf(decoded, nowSeconds);
     if (claims === undefined) throw invalidToken();
+    this.remember(token, claims, decoded.payload);
     return claims;
+  }
+
+  /** How many verified tokens are remembered now (at most `verifiedTokenCacheSize`), for tests. */
+  cachedTokenCount(): number {
+    return this.verified.size;
+  }
+
+  /** The time checks of `jwt.verify` and `claimsOf`, for a token that passed all the others. */
+  private stillValid(token: string, known: VerifiedToken, nowSeconds: number): TokenClaims {
+    const latest = nowSeconds + this.clockTolerance;
+    // jsonwebtoken refuses a future `nbf` before it looks at `exp`; an `iat` in the future makes
+    // the token invalid whether or not it has expired (claimsOf, on both paths of verify()).
+    if (
+      (known.notBefore !== undefined && known.notBefore > latest) ||
+      known.claims.issuedAt > latest
+    ) {
+      throw invalidToken();
+    }
+    if (nowSeconds >= known.claims.expiresAt + this.clockTolerance) {
+      this.verified.delete(token);
+      throw new AuthenticationError('expired_token');
+    }
+    return known.claims;
+  }
+
+  private remember(token: string, claims: TokenClaims, payload: jwt.JwtPayload | string): void {
+    if (this.verifiedCapacity === 0) return;
+    if (this.verified.size >= this.verifiedCapacity) {
+      const oldest = this.verified.keys().next();
+      if (oldest.done !== true) this.verified.delete(oldest.value);
+    }
+    const nbf = typeof payload === 'object' ? (payload.nbf as unknown) : undefined;
+    this.verified.set(token, {
+      claims: Object.freeze(claims),
+      notBefore: typeof nbf === 'number' ? nbf : undefined,
+    });
   }
 
   /** The claims of a decoded token, when it has the shape this service mints; expiry is not checked. */

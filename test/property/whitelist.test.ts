@@ -1,4 +1,6 @@
+import { isIP } from 'node:net';
 import fc from 'fast-check';
+import ipaddr from 'ipaddr.js';
 import { ConfigurationError } from '../../lib/errors';
 import { canonicalClientIp, formatCidr, parseCidrEntry } from '../../lib/core/ip-address';
 import { IpWhitelist } from '../../lib/core/ip-whitelist';
@@ -246,6 +248,57 @@ describe('whitelist matching', () => {
         fc.pre(canonicalClientIp(value) === undefined);
         expect(whitelist.allows(value)).toBe(false);
       }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('answers from its memo as a whitelist that has seen nothing, whatever came before', () => {
+    const entries = ['10.0.0.0/8', '192.168.1.7', '2001:db8::/32'];
+    const remembering = IpWhitelist.parse(entries);
+    const client = fc.oneof(
+      fc.ipV4(),
+      fc.ipV4Extended(),
+      fc.ipV6(),
+      fc.ipV4().map((address) => `::ffff:${address}`),
+      fc.integer({ min: 167772160, max: 184549375 }).map(String),
+      fc.constantFrom('10.0.0.1', '10.1', '010.0.0.1', '::ffff:10.0.0.1', '2001:DB8::1'),
+      fc.string(),
+    );
+    fc.assert(
+      fc.property(fc.array(client, { minLength: 1, maxLength: 20 }), (clients) => {
+        for (const value of clients) {
+          expect(remembering.allows(value)).toBe(IpWhitelist.parse(entries).allows(value));
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('canonicalises a client address as ipaddr.js does, with or without its fast paths', () => {
+    const reference = (value: string): string | undefined => {
+      const address = value.split('%')[0] ?? '';
+      const family = isIP(address);
+      if (family === 0 || (value.includes('%') && family !== 6)) return undefined;
+      return ipaddr.process(address).toString();
+    };
+    const mapped = fc
+      .tuple(fc.ipV4(), fc.constantFrom('::ffff:', '::FFFF:', '::fFfF:', '0:0:0:0:0:ffff:'))
+      .map(([address, prefix]) => `${prefix}${address}`);
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.ipV4(),
+          fc.ipV4Extended(),
+          fc.ipV6(),
+          mapped,
+          mapped.map((address) => `${address}%eth0`),
+          fc.ipV4().map((address) => `${address}%eth0`),
+          fc.string(),
+        ),
+        (value) => {
+          expect(canonicalClientIp(value)).toBe(reference(value));
+        },
+      ),
       { numRuns: RUNS },
     );
   });

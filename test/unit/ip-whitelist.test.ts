@@ -1,6 +1,8 @@
 import type { NextFunction, Request, Response } from 'express';
 import { ConfigurationError, IpNotWhitelistedError } from '../../lib/errors';
-import { IpWhitelist } from '../../lib/core/ip-whitelist';
+import { IP_WHITELIST_MEMO_SIZE, IpWhitelist } from '../../lib/core/ip-whitelist';
+import { generateKey } from '../../lib/keys/key-format';
+import { KeyRing, sha256 } from '../../lib/keys/key-store';
 import { type IpWhitelistOptions, requireWhitelistedIp } from '../../lib/express/access';
 import type { AuthContext, CredentialKind } from '../../lib/types';
 
@@ -206,5 +208,73 @@ describe('requireWhitelistedIp', () => {
     const middleware = requireWhitelistedIp(options);
     expect(outcome(middleware, request({ credential: 'secret' }, '10.0.0.1'))).toBe('next');
     expect(options).toEqual(before);
+  });
+});
+
+describe('IpWhitelist decisions memo', () => {
+  it('answers a repeated address as the first time, and keeps the strict reading of raw text', () => {
+    const whitelist = IpWhitelist.parse(['10.0.0.0/8', '2001:db8::/32']);
+    for (let round = 0; round < 3; round++) {
+      expect(whitelist.allows('10.0.0.1')).toBe(true);
+      expect(whitelist.allows('11.0.0.1')).toBe(false);
+      // Other spellings of 10.0.0.1 are never read as it, before or after it is remembered.
+      expect(whitelist.allows('167772161')).toBe(false);
+      expect(whitelist.allows('10.1')).toBe(false);
+      expect(whitelist.allows('010.0.0.1')).toBe(false);
+      expect(whitelist.allows('10.0.0.1%eth0')).toBe(false);
+      expect(whitelist.allows('::ffff:10.0.0.1')).toBe(true);
+      expect(whitelist.allows('2001:DB8::1')).toBe(true);
+      expect(whitelist.allows('2001:db8::1')).toBe(true);
+      expect(whitelist.allows(undefined)).toBe(false);
+    }
+    // Only canonical addresses are remembered: 10.0.0.1, 11.0.0.1 and 2001:db8::1.
+    expect(whitelist.memoSize()).toBe(3);
+  });
+
+  it(`remembers at most ${IP_WHITELIST_MEMO_SIZE} addresses, forgetting the oldest first`, () => {
+    const whitelist = IpWhitelist.parse(['10.0.0.0/8']);
+    const distinct = 3 * IP_WHITELIST_MEMO_SIZE;
+    for (let n = 0; n < distinct; n++) {
+      const inside = n % 2 === 0;
+      const address = `${inside ? 10 : 11}.${(n >> 16) & 255}.${(n >> 8) & 255}.${n & 255}`;
+      expect(whitelist.allows(address)).toBe(inside);
+      expect(whitelist.memoSize()).toBeLessThanOrEqual(IP_WHITELIST_MEMO_SIZE);
+    }
+    expect(whitelist.memoSize()).toBe(IP_WHITELIST_MEMO_SIZE);
+    // A forgotten address is decided again, the same way.
+    expect(whitelist.allows('10.0.0.0')).toBe(true);
+    expect(whitelist.allows('11.0.0.1')).toBe(false);
+    expect(whitelist.memoSize()).toBe(IP_WHITELIST_MEMO_SIZE);
+  });
+
+  it('is held by the whitelist: a reloaded ring with a changed whitelist decides anew', () => {
+    const publishableKey = generateKey('publishable', 'test');
+    const document = (ipWhitelist: string[]) => ({
+      accounts: [
+        {
+          id: 'acct_walled',
+          ipWhitelist,
+          keys: [
+            {
+              id: 'key_walled',
+              publishableKey,
+              secretKeySha256: sha256(generateKey('secret', 'test')).toString('hex'),
+            },
+          ],
+        },
+      ],
+    });
+    const before = KeyRing.fromDocument(document(['127.0.0.2', '127.0.10.0/24']));
+    const whitelistBefore = before.findById('key_walled')?.ipWhitelist;
+    expect(whitelistBefore?.allows('127.0.0.2')).toBe(true);
+    expect(whitelistBefore?.allows('127.0.10.9')).toBe(true);
+    expect(whitelistBefore?.allows('127.0.0.3')).toBe(false);
+
+    const after = KeyRing.fromDocument(document(['127.0.0.3']));
+    const whitelistAfter = after.findById('key_walled')?.ipWhitelist;
+    expect(whitelistAfter).not.toBe(whitelistBefore);
+    expect(whitelistAfter?.allows('127.0.0.2')).toBe(false);
+    expect(whitelistAfter?.allows('127.0.10.9')).toBe(false);
+    expect(whitelistAfter?.allows('127.0.0.3')).toBe(true);
   });
 });
