@@ -279,4 +279,192 @@ describe('the keys command', () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toContain('key_nope');
   });
+
+  describe('list, roll, set-role and set-whitelist on a keys file', () => {
+    const wallets = (app: GatewayApp, secret: string) =>
+      request(app).get('/api/v1/wallets/').set('Authorization', `Bearer ${secret}`);
+
+    it('list shows every account and key with its state, never a secret or a digest', async () => {
+      const first = parseCreated(
+        await keys('create', '--account', 'acct_x', '--role', 'level-1', '--file', file),
+      );
+      const second = parseCreated(await keys('create', '--account', 'acct_y', '--file', file));
+      await keys('revoke', '--key', second.keyId, '--file', file);
+      await keys('set-whitelist', '--account', 'acct_x', '--entries', '10.0.0.0/8', '--file', file);
+      const result = await keys('list', '--file', file);
+      expect(result.code).toBe(0);
+      expect(result.stdout.split('\n').filter((line) => line !== '')).toEqual([
+        'acct_x  (whitelist: 10.0.0.0/8)',
+        `  ${first.keyId}  level-1  ${first.publishableKey}  active`,
+        'acct_y  (whitelist: any address)',
+        `  ${second.keyId}  administrator  ${second.publishableKey}  revoked`,
+      ]);
+      for (const secret of [first.secretKey, second.secretKey]) {
+        expect(result.stdout).not.toContain(secret);
+        expect(result.stdout).not.toContain(sha256(secret).toString('hex'));
+      }
+    });
+
+    it('roll --grace 2 issues a new pair; the old key works until the grace ends, then answers expired_api_key', async () => {
+      const old = parseCreated(
+        await keys('create', '--account', 'acct_x', '--role', 'level-2', '--file', file),
+      );
+      const before = Date.now();
+      const result = await keys('roll', '--key', old.keyId, '--grace', '2', '--file', file);
+      expect(result.code).toBe(0);
+      const fresh = parseCreated({
+        ...result,
+        stdout: result.stdout.replace(/^Rolled key .*New key/m, 'Created key'),
+      });
+      expect(fresh.keyId).not.toBe(old.keyId);
+      expect(occurrences(result.stdout, fresh.secretKey)).toBe(1);
+      const document = JSON.parse(readFileSync(file, 'utf8')) as {
+        accounts: { keys: { id: string; role: string; expiresAt?: string }[] }[];
+      };
+      const [oldEntry, freshEntry] = document.accounts[0]?.keys ?? [];
+      const deadline = Date.parse(oldEntry?.expiresAt ?? '');
+      expect(deadline).toBeGreaterThanOrEqual(before + 2000);
+      expect(deadline).toBeLessThanOrEqual(Date.now() + 2000);
+      expect(freshEntry).toMatchObject({ id: fresh.keyId, role: 'level-2' });
+      expect(freshEntry?.expiresAt).toBeUndefined();
+
+      const { app } = await gatewayOver();
+      try {
+        expect((await wallets(app, old.secretKey)).status).toBe(200);
+        expect((await wallets(app, fresh.secretKey)).status).toBe(200);
+        await new Promise((resolve) => setTimeout(resolve, deadline - Date.now() + 50));
+        expectErrorBody(answerOf(await wallets(app, old.secretKey)), {
+          status: 401,
+          code: 'expired_api_key',
+        });
+        expect((await wallets(app, fresh.secretKey)).status).toBe(200);
+      } finally {
+        app.shutdown();
+      }
+    });
+
+    it('roll refuses a missing or out-of-range grace and a revoked key, changing nothing', async () => {
+      const key = parseCreated(await keys('create', '--account', 'acct_x', '--file', file));
+      const before = readFileSync(file, 'utf8');
+      for (const args of [[], ['--grace', '604801'], ['--grace', '-1'], ['--grace', '1.5']]) {
+        const result = await keys('roll', '--key', key.keyId, ...args, '--file', file);
+        expect(result.code).toBe(1);
+        expect(result.stderr).toMatch(/--grace/);
+        expect(result.stdout).not.toMatch(/sk_/);
+      }
+      await keys('revoke', '--key', key.keyId, '--file', file);
+      const revoked = await keys('roll', '--key', key.keyId, '--grace', '60', '--file', file);
+      expect(revoked.code).toBe(1);
+      expect(revoked.stderr).toContain('is revoked');
+      expect(readFileSync(file, 'utf8')).not.toBe(before);
+      expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({
+        accounts: [
+          {
+            id: 'acct_x',
+            keys: [
+              {
+                ...(JSON.parse(before) as { accounts: { keys: object[] }[] }).accounts[0]?.keys[0],
+                revoked: true,
+              },
+            ],
+          },
+        ],
+      });
+    });
+
+    it('set-role changes what the key may do, after a reload', async () => {
+      const key = parseCreated(
+        await keys('create', '--account', 'acct_x', '--role', 'level-2', '--file', file),
+      );
+      const approve = (app: GatewayApp) =>
+        request(app)
+          .post('/api/v1/payouts/po_1/approve/')
+          .set('Authorization', `Bearer ${key.secretKey}`);
+      const { app, store } = await gatewayOver();
+      try {
+        expectErrorBody(answerOf(await approve(app)), { status: 403, code: 'insufficient_role' });
+        const result = await keys(
+          'set-role',
+          '--key',
+          key.keyId,
+          '--role',
+          'level-3',
+          '--file',
+          file,
+        );
+        expect(result.code).toBe(0);
+        await store.reload();
+        expect((await approve(app)).status).toBe(200);
+        const bad = await keys('set-role', '--key', key.keyId, '--role', 'owner', '--file', file);
+        expect(bad.code).toBe(1);
+        expect(bad.stderr).toContain('unknown role');
+      } finally {
+        app.shutdown();
+      }
+    });
+
+    it('set-whitelist restricts the account, refuses a bad entry by name, and --none lifts it', async () => {
+      const key = parseCreated(await keys('create', '--account', 'acct_x', '--file', file));
+      const restricted = await keys(
+        'set-whitelist',
+        '--account',
+        'acct_x',
+        '--entries',
+        '203.0.113.0/24, 2001:db8::/32',
+        '--file',
+        file,
+      );
+      expect(restricted.code).toBe(0);
+      const { app, store } = await gatewayOver();
+      try {
+        expectErrorBody(answerOf(await wallets(app, key.secretKey)), {
+          status: 403,
+          code: 'ip_not_whitelisted',
+        });
+        const before = readFileSync(file, 'utf8');
+        const bad = await keys(
+          'set-whitelist',
+          '--account',
+          'acct_x',
+          '--entries',
+          '10.0.0.1/33',
+          '--file',
+          file,
+        );
+        expect(bad.code).toBe(1);
+        expect(bad.stderr).toContain('ipWhitelist[0] "10.0.0.1/33"');
+        expect(readFileSync(file, 'utf8')).toBe(before);
+        const both = await keys(
+          'set-whitelist',
+          '--account',
+          'acct_x',
+          '--none',
+          '--entries',
+          '10.0.0.0/8',
+          '--file',
+          file,
+        );
+        expect(both.code).toBe(1);
+        const lifted = await keys('set-whitelist', '--account', 'acct_x', '--none', '--file', file);
+        expect(lifted.code).toBe(0);
+        await store.reload();
+        expect((await wallets(app, key.secretKey)).status).toBe(200);
+      } finally {
+        app.shutdown();
+      }
+    });
+
+    it('prints its usage as the installed command, and refuses an unknown command with it', async () => {
+      const help = await keys('--help');
+      expect(help.stdout).toMatch(/^usage: tollgate-keys <command>/);
+      for (const verb of ['list', 'create', 'roll', 'revoke', 'set-role', 'set-whitelist']) {
+        expect(help.stdout).toContain(`\n  ${verb}`);
+      }
+      const unknown = await keys('rotate', '--file', file);
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toMatch(
+        /^tollgate-keys: unknown command "rotate"\nusage: tollgate-keys/,
+      );
+    });
+  });
 });
