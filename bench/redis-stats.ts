@@ -1,0 +1,61 @@
+import net from 'node:net';
+
+/**
+ * Commands a Redis server has executed, from `INFO commandstats` (`cmdstat_<name>:calls=<n>,...`).
+ * The server is the bench's own, so every command counted is the measured process's, except the
+ * INFO calls made here, left out.
+ */
+
+export type CommandCounts = ReadonlyMap<string, number>;
+
+function send(port: number, command: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let reply = '';
+    socket.setTimeout(2000);
+    socket.once('connect', () => socket.write(`${command}\r\n`));
+    socket.on('data', (chunk: Buffer) => {
+      reply += chunk.toString('utf8');
+      // A bulk string: `$<length>\r\n<body>\r\n`.
+      const header = /^\$(\d+)\r\n/.exec(reply);
+      if (header?.[1] !== undefined && reply.length >= header[0].length + Number(header[1])) {
+        socket.destroy();
+        resolve(reply.slice(header[0].length, header[0].length + Number(header[1])));
+      }
+    });
+    socket.once('error', reject);
+    socket.once('timeout', () => {
+      socket.destroy();
+      reject(new Error(`redis on port ${port} did not answer ${command}`));
+    });
+  });
+}
+
+export async function commandCounts(port: number): Promise<CommandCounts> {
+  const info = await send(port, 'INFO commandstats');
+  const counts = new Map<string, number>();
+  for (const match of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+    const [, name, calls] = match;
+    if (name !== undefined && calls !== undefined && name !== 'info') {
+      counts.set(name, Number(calls));
+    }
+  }
+  return counts;
+}
+
+/** Commands run between two snapshots, by name, and their total. */
+export function commandsBetween(
+  before: CommandCounts,
+  after: CommandCounts,
+): { total: number; byName: Map<string, number> } {
+  const byName = new Map<string, number>();
+  let total = 0;
+  for (const [name, calls] of after) {
+    const delta = calls - (before.get(name) ?? 0);
+    if (delta > 0) {
+      byName.set(name, delta);
+      total += delta;
+    }
+  }
+  return { total, byName };
+}
