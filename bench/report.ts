@@ -10,6 +10,8 @@ export interface Row {
   /** Seconds actually measured (a failure budget can shorten a case, see `note`). */
   readonly measuredSeconds: number;
   readonly note?: string;
+  /** Redis commands per allowed answer during the measured run (`INFO commandstats`). */
+  readonly redisCommands?: { readonly perRequest: number; readonly byName: string };
 }
 
 /** One case run against this build and the baseline, in turn, in rounds. */
@@ -55,6 +57,17 @@ export function formatRows(rows: readonly Row[]): string {
 
 export function notes(rows: readonly Row[]): string[] {
   return rows.flatMap((row) => (row.note === undefined ? [] : [`- ${row.target}: ${row.note}`]));
+}
+
+export function redisCommandLines(rows: readonly Row[]): string[] {
+  return rows.flatMap((row) =>
+    row.redisCommands === undefined
+      ? []
+      : [
+          `- ${row.target}, ${row.credential}: ${row.redisCommands.perRequest.toFixed(2)} Redis ` +
+            `commands per allowed request (${row.redisCommands.byName || 'none'})`,
+        ],
+  );
 }
 
 export function median(values: readonly number[]): number {
