@@ -43,19 +43,35 @@ export async function commandCounts(port: number): Promise<CommandCounts> {
   return counts;
 }
 
-/** Commands run between two snapshots, by name, and their total. */
+/**
+ * Commands that run a script. commandstats also counts every command a script calls (an EVALSHA
+ * that calls INCR and PTTL counts 3), and cannot tell those from commands clients send; these are
+ * the round trips that carry a limit.
+ */
+const SCRIPT_COMMANDS: ReadonlySet<string> = new Set([
+  'eval',
+  'evalsha',
+  'eval_ro',
+  'evalsha_ro',
+  'fcall',
+  'fcall_ro',
+]);
+
+/** Commands run between two snapshots, by name, their total, and how many ran a script. */
 export function commandsBetween(
   before: CommandCounts,
   after: CommandCounts,
-): { total: number; byName: Map<string, number> } {
+): { total: number; scripts: number; byName: Map<string, number> } {
   const byName = new Map<string, number>();
   let total = 0;
+  let scripts = 0;
   for (const [name, calls] of after) {
     const delta = calls - (before.get(name) ?? 0);
     if (delta > 0) {
       byName.set(name, delta);
       total += delta;
+      if (SCRIPT_COMMANDS.has(name)) scripts += delta;
     }
   }
-  return { total, byName };
+  return { total, scripts, byName };
 }
