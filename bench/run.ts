@@ -61,11 +61,25 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * per minute at several thousand requests a second, so its measured time is cut (and said so) to
  * what the budget allows after the warm-up, and its 401 and 429 answers are counted apart.
  *
+ *   (g) Express 5 + http-proxy-middleware to the stub, no auth (bench/express-proxy.ts),
+ *   (h) the naive composition of issue 9 with Redis limits (bench/naive-composition.ts),
+ *   (i) the gateway's forward-auth endpoint (GET /authz/auth-request as nginx sends it) with
+ *       Redis limits, TOLLGATE_TRUST_PROXY=127.0.0.1,
+ * then the issue's target ratios from side-by-side rounds of (d), (h), (c) and (i) (medians of
+ * per-round ratios), Redis commands per allowed request (INFO commandstats of the bench's own
+ * redis-server), the latency the gateway adds over the stub at a fixed 1,000 requests a second
+ * (autocannon, bench/paced.ts), and (j) the gateway's RSS after BENCH_DISTINCT_IPS (1,000,000)
+ * distinct client IPs in X-Forwarded-For on POST /api/v1/checkout/ (per-IP scope), memory and
+ * Redis limits, before, after, and after the 60 s window (bench/distinct-ips.ts). The run ends
+ * with the issue's table of targets, met or not.
+ *
  * Settings (environment): BENCH_DURATION seconds per measured case (15), BENCH_WARMUP (3),
  * BENCH_CONNECTIONS (32), BENCH_THREADS (1), BENCH_ACCOUNTS (1000; also the number of wrong keys
  * rotated), BENCH_REDIS_URL (use this Redis instead of starting one; a unique key prefix keeps the
- * run apart from other users), BENCH_ONLY (a comma-separated list of `direct` (a, d), `memory`
- * (b), `redis` (c), `wrong-credential` (e, f); all by default).
+ * run apart from other users, and no Redis commands are counted), BENCH_PACED_CONNECTIONS (1),
+ * BENCH_DISTINCT_IPS (1000000), BENCH_ONLY (a comma-separated list of `direct` (a, d, g),
+ * `memory` (b), `redis` (c), `naive` (h), `forward-auth` (i), `latency`, `wrong-credential` (e,
+ * f), `rss` (j); all by default).
  *
  * Side by side: BENCH_BASELINE_DIST, the `dist` directory of another build (an older commit, built
  * with `npm run build`). Then (e), (f) and, when `memory` is selected, (b) with a secret key also
@@ -537,6 +551,8 @@ const WINDOW_WAIT_MS = 61_000;
 /** RSS may move this much after the window and still count as flat. */
 const FLAT_MIB = 8;
 const RSS_GROWTH_TARGET_MIB = 64;
+/** Addresses of the RSS cases' warm-up, before the first reading. */
+const RSS_WARMUP_IPS = 5000;
 
 async function measureRss(
   target: string,
@@ -568,6 +584,18 @@ async function measureRss(
       (sum, [status, count]) => (Number(status) >= 200 && Number(status) < 300 ? sum : sum + count),
       0,
     );
+  // Warm-up from another block of addresses (the top of 10/8), so that "before" is a warmed
+  // process, not a fresh one growing its heap for the first time.
+  const warmup = await sendFromDistinctIps({
+    ...request,
+    first: 2 ** 24 - RSS_WARMUP_IPS - 1,
+    count: RSS_WARMUP_IPS,
+  });
+  if (unexpected(warmup.statuses, warmup.errors) > 0) {
+    throw new Error(
+      `${target}: the warm-up had ${unexpected(warmup.statuses, warmup.errors)} unexpected answers`,
+    );
+  }
   const beforeMiB = rss();
   log(
     `${target}: ${ips.toLocaleString('en-US')} distinct client IPs, RSS before ${beforeMiB.toFixed(0)} MiB`,
@@ -971,12 +999,18 @@ async function main(): Promise<void> {
           connections,
           durationSeconds: settings.roundSeconds,
         });
+        const short = result.requestsPerSecond < PACED_RATE * 0.95;
         bench.pacedRows.push({
           target,
           credential: `${credential}, ${context}`,
           expected: SUCCESS,
           result,
           measuredSeconds: settings.roundSeconds,
+          ...(short
+            ? {
+                note: `${context}: reached ${Math.round(result.requestsPerSecond)} of ${PACED_RATE} requests a second (raise BENCH_PACED_CONNECTIONS on a busy machine)`,
+              }
+            : {}),
         });
         return result;
       };
@@ -1172,6 +1206,7 @@ async function main(): Promise<void> {
       '',
       formatRows(bench.pacedRows),
       '',
+      ...notes(bench.pacedRows),
       ...bench.added.map(
         (added, index) =>
           `- round ${index + 1}: the gateway added p50 ${added.p50.toFixed(2)} ms, p99 ${added.p99.toFixed(2)} ms over the stub`,
