@@ -1,3 +1,4 @@
+import http from 'node:http';
 import express from 'express';
 import { createProxyMiddleware } from 'http-proxy-middleware';
 
@@ -13,7 +14,9 @@ if (upstream === undefined || upstream === '') throw new Error('UPSTREAM_URL is 
 const app = express();
 app.disable('x-powered-by');
 app.set('etag', false);
-app.use(createProxyMiddleware({ target: upstream, changeOrigin: false }));
+// Without an agent, http-proxy sends `Connection: close` and opens a connection per request.
+const agent = new http.Agent({ keepAlive: true });
+app.use(createProxyMiddleware({ target: upstream, agent }));
 
 const port = Number(process.env.PORT ?? 8092);
 const server = app.listen(port, '127.0.0.1', () => {

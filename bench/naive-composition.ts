@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import http from 'node:http';
 import express from 'express';
 import rateLimit from 'express-rate-limit';
 import { createProxyMiddleware } from 'http-proxy-middleware';
@@ -12,7 +13,7 @@ import { RedisStore, type RedisReply } from 'rate-limit-redis';
  * libraries as the gateway. Express 5, a map from the SHA-256 of each secret key to its account,
  * ip-range-check against the account's whitelist, express-rate-limit (1,500 a minute per account,
  * the gateway's `payments` scope) with rate-limit-redis over ioredis, http-proxy-middleware to the
- * upstream with the account header added and `Authorization` removed. Secret keys only (no
+ * upstream (keep-alive) with the account header added and `Authorization` removed. Secret keys only (no
  * tokens, no roles, no failure budget, no request id): the bar the gateway is compared with.
  * KEYS_FILE (the gateway's keys file), REDIS_URL, REDIS_PREFIX, UPSTREAM_URL, PORT; listens on
  * 127.0.0.1 only.
@@ -86,6 +87,8 @@ app.use(
 app.use(
   createProxyMiddleware({
     target: required('UPSTREAM_URL'),
+    // Without an agent, http-proxy sends `Connection: close`: a connection per request.
+    agent: new http.Agent({ keepAlive: true }),
     on: {
       proxyReq: (proxyReq, _req, res) => {
         const holder = res.locals.holder as Holder;
