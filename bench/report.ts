@@ -10,6 +10,14 @@ export interface Row {
   /** Seconds actually measured (a failure budget can shorten a case, see `note`). */
   readonly measuredSeconds: number;
   readonly note?: string;
+  /** Redis commands per allowed answer during the measured run (`INFO commandstats`). */
+  readonly redisCommands?: {
+    /** Commands clients sent (a script call counts once). */
+    readonly perRequest: number;
+    /** Commands Redis executed, those the scripts called included. */
+    readonly executedPerRequest: number;
+    readonly byName: string;
+  };
 }
 
 /** One case run against this build and the baseline, in turn, in rounds. */
@@ -55,6 +63,18 @@ export function formatRows(rows: readonly Row[]): string {
 
 export function notes(rows: readonly Row[]): string[] {
   return rows.flatMap((row) => (row.note === undefined ? [] : [`- ${row.target}: ${row.note}`]));
+}
+
+export function redisCommandLines(rows: readonly Row[]): string[] {
+  return rows.flatMap((row) =>
+    row.redisCommands === undefined
+      ? []
+      : [
+          `- ${row.target}, ${row.credential}: ${row.redisCommands.perRequest.toFixed(2)} Redis ` +
+            `commands sent per allowed request, ${row.redisCommands.executedPerRequest.toFixed(2)} ` +
+            `executed with those the scripts ran (INFO commandstats: ${row.redisCommands.byName || 'none'})`,
+        ],
+  );
 }
 
 export function median(values: readonly number[]): number {

@@ -27,10 +27,16 @@ import {
   formatComparisons,
   formatRows,
   isClean,
+  median,
   notes,
+  redisCommandLines,
   type Round,
   type Row,
 } from './report';
+import { addressNumber, sendFromDistinctIps } from './distinct-ips';
+import { runPaced } from './paced';
+import { commandCounts, commandsBetween } from './redis-stats';
+import { formatTargets, ratioTarget, type Target } from './targets';
 import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
 
 /**
@@ -55,11 +61,25 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * per minute at several thousand requests a second, so its measured time is cut (and said so) to
  * what the budget allows after the warm-up, and its 401 and 429 answers are counted apart.
  *
+ *   (g) Express 5 + http-proxy-middleware to the stub, no auth (bench/express-proxy.ts),
+ *   (h) the naive composition of issue 9 with Redis limits (bench/naive-composition.ts),
+ *   (i) the gateway's forward-auth endpoint (GET /authz/auth-request as nginx sends it) with
+ *       Redis limits, TOLLGATE_TRUST_PROXY=127.0.0.1,
+ * then the issue's target ratios from side-by-side rounds of (d), (h), (c) and (i) (medians of
+ * per-round ratios), Redis commands per allowed request (INFO commandstats of the bench's own
+ * redis-server), the latency the gateway adds over the stub at a fixed 1,000 requests a second
+ * (autocannon, bench/paced.ts), and (j) the gateway's RSS after BENCH_DISTINCT_IPS (1,000,000)
+ * distinct client IPs in X-Forwarded-For on POST /api/v1/checkout/ (per-IP scope), memory and
+ * Redis limits, before, after, and after the 60 s window (bench/distinct-ips.ts). The run ends
+ * with the issue's table of targets, met or not.
+ *
  * Settings (environment): BENCH_DURATION seconds per measured case (15), BENCH_WARMUP (3),
  * BENCH_CONNECTIONS (32), BENCH_THREADS (1), BENCH_ACCOUNTS (1000; also the number of wrong keys
  * rotated), BENCH_REDIS_URL (use this Redis instead of starting one; a unique key prefix keeps the
- * run apart from other users), BENCH_ONLY (a comma-separated list of `direct` (a, d), `memory`
- * (b), `redis` (c), `wrong-credential` (e, f); all by default).
+ * run apart from other users, and no Redis commands are counted), BENCH_PACED_CONNECTIONS (1),
+ * BENCH_DISTINCT_IPS (1000000), BENCH_ONLY (a comma-separated list of `direct` (a, d, g),
+ * `memory` (b), `redis` (c), `naive` (h), `forward-auth` (i), `latency`, `wrong-credential` (e,
+ * f), `rss` (j); all by default).
  *
  * Side by side: BENCH_BASELINE_DIST, the `dist` directory of another build (an older commit, built
  * with `npm run build`). Then (e), (f) and, when `memory` is selected, (b) with a secret key also
@@ -70,6 +90,15 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  */
 
 const WALLETS_PATH = '/api/v1/wallets/';
+const CHECKOUT_PATH = '/api/v1/checkout/';
+/**
+ * Every bench account's whitelist: loopback (wrk), the forward-auth case's client address and the
+ * RSS cases' 10/8, among ranges a payments customer would list. The gateway and the naive
+ * composition both check it on every secret-key request.
+ */
+const WHITELIST = ['203.0.113.0/24', '2001:db8::/32', '10.0.0.0/8', '127.0.0.1'];
+/** The client address the forward-auth case's proxy reports in `X-Forwarded-For`. */
+const FORWARDED_CLIENT = '203.0.113.10';
 const DIST = path.resolve(__dirname, '..');
 
 interface Settings {
@@ -80,9 +109,20 @@ interface Settings {
   readonly accounts: number;
   readonly rounds: number;
   readonly roundSeconds: number;
+  readonly pacedConnections: number;
+  readonly distinctIps: number;
 }
 
-const GROUPS = ['direct', 'memory', 'redis', 'wrong-credential'] as const;
+const GROUPS = [
+  'direct',
+  'memory',
+  'redis',
+  'naive',
+  'forward-auth',
+  'latency',
+  'wrong-credential',
+  'rss',
+] as const;
 type Group = (typeof GROUPS)[number];
 
 function selectedGroups(): ReadonlySet<Group> {
@@ -156,6 +196,7 @@ function keysDocument(accounts: readonly BenchAccount[]): unknown {
   return {
     accounts: accounts.map((account) => ({
       id: account.accountId,
+      ipWhitelist: WHITELIST,
       keys: [
         {
           id: account.keyId,
@@ -185,12 +226,24 @@ interface MeasureOptions {
   readonly failureBudget?: number;
   /** Added to the progress line (which build, which round). */
   readonly context?: string;
+  /**
+   * The port of the bench's own redis-server: `INFO commandstats` is read just before and just
+   * after the measured run, and the commands counted per allowed (2xx) answer.
+   */
+  readonly redisPort?: number;
 }
 
 class Bench {
   readonly rows: Row[] = [];
   readonly comparisons: Comparison[] = [];
   readonly memory: Memory[] = [];
+  /** The side-by-side rounds of the target ratios: each round's results, and all their rows. */
+  readonly rounds: ReadonlyMap<RoundCase, WrkResult>[] = [];
+  readonly roundRows: Row[] = [];
+  /** The fixed-rate runs, and per round the latency the gateway added over the stub. */
+  readonly pacedRows: Row[] = [];
+  readonly added: { p50: number; p99: number }[] = [];
+  readonly rss: RssCase[] = [];
   private readonly children: Child[] = [];
 
   constructor(
@@ -245,7 +298,23 @@ class Bench {
         log(`${target}: ${note}`);
       }
     }
+    const before =
+      options.redisPort === undefined ? undefined : await commandCounts(options.redisPort);
     const result = await runWrk({ url, script, durationSeconds, connections, threads });
+    let redisCommands: Row['redisCommands'];
+    if (options.redisPort !== undefined && before !== undefined) {
+      const { total, scripts, byName } = commandsBetween(
+        before,
+        await commandCounts(options.redisPort),
+      );
+      const allowed = result.requests - result.errorStatuses;
+      redisCommands = {
+        // Commands clients sent: all, less those the scripts ran (commandstats counts both).
+        perRequest: allowed > 0 ? (total - scriptInner(byName, scripts)) / allowed : Number.NaN,
+        executedPerRequest: allowed > 0 ? total / allowed : Number.NaN,
+        byName: [...byName.entries()].map(([name, calls]) => `${name} ${calls}`).join(', '),
+      };
+    }
     const row: Row = {
       target,
       credential,
@@ -253,6 +322,7 @@ class Bench {
       result,
       measuredSeconds: durationSeconds,
       ...(note === undefined ? {} : { note }),
+      ...(redisCommands === undefined ? {} : { redisCommands }),
     };
     const spent = options.expected === WRONG_CREDENTIAL ? answersWith(result, 429) : 0;
     if (spent > 0) {
@@ -328,6 +398,16 @@ async function spendBudget(gatewayUrl: string, wrongKey: string, limit: number):
   if (status !== 429) throw new Error(`with the budget spent a wrong key answered ${status}`);
 }
 
+/** The forward-auth endpoint allows the first account's secret key: 200, empty body. */
+async function forwardAuthCheck(gatewayUrl: string, account: BenchAccount): Promise<void> {
+  const reply = await httpRequest(`${gatewayUrl}${FORWARD_AUTH_PATH}`, {
+    headers: { ...FORWARD_AUTH_HEADERS, authorization: `Bearer ${account.secretKey}` },
+  });
+  if (reply.status !== 200 || reply.body !== '') {
+    throw new Error(`forward-auth answered ${reply.status}: ${reply.body}`);
+  }
+}
+
 async function redisAnswers(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = net.connect(port, '127.0.0.1');
@@ -348,9 +428,14 @@ async function redisAnswers(port: number): Promise<boolean> {
 }
 
 /** A Redis for the run: BENCH_REDIS_URL, else a redis-server started on a free loopback port. */
-async function obtainRedis(bench: Bench): Promise<{ url: string; origin: string } | undefined> {
+async function obtainRedis(
+  bench: Bench,
+): Promise<{ url: string; origin: string; port?: number } | undefined> {
   const fromEnv = process.env.BENCH_REDIS_URL;
-  if (fromEnv !== undefined && fromEnv !== '') return { url: fromEnv, origin: 'BENCH_REDIS_URL' };
+  if (fromEnv !== undefined && fromEnv !== '') {
+    // INFO commandstats counts every client of a shared server: no command counts then.
+    return { url: fromEnv, origin: 'BENCH_REDIS_URL (no command counts: a shared server)' };
+  }
   const version = versionOf('redis-server');
   if (version === undefined) return undefined;
   const port = await freePort();
@@ -370,6 +455,7 @@ async function obtainRedis(bench: Bench): Promise<{ url: string; origin: string 
   return {
     url: `redis://127.0.0.1:${port}`,
     origin: `redis-server ${shortVersion} started for this run`,
+    port,
   };
 }
 
@@ -410,6 +496,10 @@ function ratioLines(rows: readonly Row[]): string[] {
 const TARGETS = {
   upstream: '(a) stub upstream, direct',
   floor: '(d) Express 5 alone (floor)',
+  proxy: '(g) Express 5 + http-proxy-middleware, no auth',
+  naive: '(h) naive composition, Redis limits',
+  forwardAuth: '(i) gateway forward-auth (auth-request), Redis limits',
+  paced: '(c) gateway, Redis limits',
   memory: '(b) gateway, in-memory limits',
   redis: '(c) gateway, Redis limits',
   wrongLeft: '(e) gateway, wrong key, budget left',
@@ -418,8 +508,226 @@ const TARGETS = {
 
 const WRONG_KEY = 'unknown secret key';
 
+/** The cases run side by side in rounds for the target ratios. */
+type RoundCase = 'floor' | 'naive' | 'redis-secret' | 'redis-token' | 'forward-auth';
+const ROUND_LABELS: Readonly<Record<RoundCase, string>> = {
+  floor: TARGETS.floor,
+  naive: TARGETS.naive,
+  'redis-secret': `${TARGETS.redis}, secret key`,
+  'redis-token': `${TARGETS.redis}, token`,
+  'forward-auth': TARGETS.forwardAuth,
+};
+
+/** Requests a second of the latency cases. */
+const PACED_RATE = 1000;
+
+const FORWARD_AUTH_PATH = '/authz/auth-request';
+/** nginx's auth_request subrequest for a client's `GET /api/v1/wallets/` (test/helpers/forward-auth.ts). */
+const FORWARD_AUTH_HEADERS: Readonly<Record<string, string>> = {
+  'X-Original-Method': 'GET',
+  'X-Original-URI': WALLETS_PATH,
+  'X-Forwarded-For': FORWARDED_CLIENT,
+};
+
 /** TOLLGATE_AUTH_FAILURE_LIMIT for (e): the highest the gateway accepts. */
 const LARGE_FAILURE_BUDGET = 100_000;
+
+/** RSS of a gateway before, after a million distinct client IPs, and after the window. */
+interface RssCase {
+  readonly target: string;
+  readonly ips: number;
+  readonly perSecond: number;
+  readonly beforeMiB: number;
+  readonly afterMiB: number;
+  /** After the 60 s window, and `flushIps` more new addresses. */
+  readonly afterWindowMiB: number;
+  readonly flushIps: number;
+  /** Answers that were not 2xx, and request errors. */
+  readonly unexpected: number;
+}
+
+/** A limit window of the per-IP scopes, and a margin. */
+const WINDOW_WAIT_MS = 61_000;
+/** RSS may move this much after the window and still count as flat. */
+const FLAT_MIB = 8;
+const RSS_GROWTH_TARGET_MIB = 64;
+/** Addresses of the RSS cases' warm-up, before the first reading. */
+const RSS_WARMUP_IPS = 5000;
+
+async function measureRss(
+  target: string,
+  url: string,
+  gateway: Child,
+  account: BenchAccount,
+  ips: number,
+): Promise<RssCase> {
+  const request = {
+    url,
+    method: 'POST',
+    path: CHECKOUT_PATH,
+    headers: {
+      'content-type': 'application/json',
+      'x-service-public-api-key': account.publishableKey,
+    },
+    body: '{"amount":100}',
+  };
+  const check = await httpRequest(`${url}${CHECKOUT_PATH}`, {
+    method: 'POST',
+    headers: { ...request.headers, 'x-forwarded-for': addressNumber(2 ** 24 - 1) },
+    body: request.body,
+  });
+  if (check.status !== 201) throw new Error(`${target}: a checkout answered ${check.status}`);
+  const rss = (): number => memoryOf(gateway.process.pid)?.rssMiB ?? Number.NaN;
+  const unexpected = (statuses: Readonly<Record<number, number>>, errors: number): number =>
+    errors +
+    Object.entries(statuses).reduce(
+      (sum, [status, count]) => (Number(status) >= 200 && Number(status) < 300 ? sum : sum + count),
+      0,
+    );
+  // Warm-up from another block of addresses (the top of 10/8), so that "before" is a warmed
+  // process, not a fresh one growing its heap for the first time.
+  const warmup = await sendFromDistinctIps({
+    ...request,
+    first: 2 ** 24 - RSS_WARMUP_IPS - 1,
+    count: RSS_WARMUP_IPS,
+  });
+  if (unexpected(warmup.statuses, warmup.errors) > 0) {
+    throw new Error(
+      `${target}: the warm-up had ${unexpected(warmup.statuses, warmup.errors)} unexpected answers`,
+    );
+  }
+  const beforeMiB = rss();
+  log(
+    `${target}: ${ips.toLocaleString('en-US')} distinct client IPs, RSS before ${beforeMiB.toFixed(0)} MiB`,
+  );
+  const sent = await sendFromDistinctIps({
+    ...request,
+    first: 0,
+    count: ips,
+    onProgress: (answered) => {
+      log(`${target}: ${answered.toLocaleString('en-US')} answered, RSS ${rss().toFixed(0)} MiB`);
+    },
+  });
+  const afterMiB = rss();
+  log(
+    `${target}: RSS after ${afterMiB.toFixed(0)} MiB; waiting ${WINDOW_WAIT_MS / 1000}s for the window`,
+  );
+  await new Promise((resolve) => setTimeout(resolve, WINDOW_WAIT_MS));
+  const flushIps = Math.max(1000, Math.floor(ips / 10));
+  const flushed = await sendFromDistinctIps({ ...request, first: ips, count: flushIps });
+  const afterWindowMiB = rss();
+  log(
+    `${target}: RSS after the window and ${flushIps.toLocaleString('en-US')} more IPs ${afterWindowMiB.toFixed(0)} MiB`,
+  );
+  return {
+    target,
+    ips,
+    perSecond: sent.answered / sent.seconds,
+    beforeMiB,
+    afterMiB,
+    afterWindowMiB,
+    flushIps,
+    unexpected:
+      unexpected(sent.statuses, sent.errors) + unexpected(flushed.statuses, flushed.errors),
+  };
+}
+
+function formatRss(cases: readonly RssCase[]): string {
+  const lines = [
+    '| target | distinct IPs | requests/s | RSS before (MiB) | after (MiB) | growth (MiB) | after the window (MiB) | unexpected |',
+    '|---|--:|--:|--:|--:|--:|--:|--:|',
+  ];
+  for (const c of cases) {
+    lines.push(
+      `| ${c.target} | ${c.ips.toLocaleString('en-US')} | ${Math.round(c.perSecond).toLocaleString('en-US')} | ` +
+        `${c.beforeMiB.toFixed(0)} | ${c.afterMiB.toFixed(0)} | ${(c.afterMiB - c.beforeMiB).toFixed(0)} | ` +
+        `${c.afterWindowMiB.toFixed(0)} (+${c.flushIps.toLocaleString('en-US')} IPs) | ${c.unexpected} |`,
+    );
+  }
+  return lines.join('\n');
+}
+
+/**
+ * Commands the scripts ran, as counted by commandstats: the calls of the data commands a limit
+ * script uses, up to the commands a script runs per call (INCR and PTTL, the most either the
+ * gateway's or rate-limit-redis's scripts make). An upper bound on what clients did not send.
+ */
+function scriptInner(byName: ReadonlyMap<string, number>, scripts: number): number {
+  const inner = ['incr', 'pttl', 'pexpire', 'expire', 'get', 'incrby', 'pexpireat'];
+  const called = inner.reduce((sum, name) => sum + (byName.get(name) ?? 0), 0);
+  return Math.min(called, scripts * SCRIPT_INNER_CALLS);
+}
+const SCRIPT_INNER_CALLS = 2;
+
+/** The issue's targets from what this run measured. */
+function targetsOf(bench: Bench): Target[] {
+  const ratios = (a: RoundCase, b: RoundCase): number[] | undefined => {
+    const values = bench.rounds.flatMap((round) => {
+      const x = round.get(a);
+      const y = round.get(b);
+      return x === undefined || y === undefined ? [] : [x.requestsPerSecond / y.requestsPerSecond];
+    });
+    return values.length > 0 ? values : undefined;
+  };
+  const commands = bench.rows.filter(
+    (row) => row.redisCommands !== undefined && row.target !== TARGETS.naive,
+  );
+  const worst = Math.max(...commands.map((row) => row.redisCommands?.perRequest ?? Number.NaN));
+  const addedP99 = median(bench.added.map((added) => added.p99));
+  const addedP50 = median(bench.added.map((added) => added.p50));
+  return [
+    ratioTarget(
+      'gateway, Redis, secret key / naive composition',
+      ratios('redis-secret', 'naive'),
+      1.4,
+    ),
+    ratioTarget('gateway, Redis, secret key / Express alone', ratios('redis-secret', 'floor'), 0.5),
+    ratioTarget(
+      'gateway, Redis, token / gateway, Redis, secret key',
+      ratios('redis-token', 'redis-secret'),
+      0.95,
+    ),
+    ratioTarget(
+      'forward-auth endpoint, Redis / Express alone',
+      ratios('forward-auth', 'floor'),
+      0.7,
+    ),
+    {
+      label: 'Redis commands per allowed request (gateway cases, the most of them)',
+      goal: '1',
+      figure: commands.length > 0 ? worst.toFixed(2) : undefined,
+      met: commands.length > 0 ? worst <= 1.01 : undefined,
+    },
+    {
+      label: `added p99 over the direct stub at ${PACED_RATE.toLocaleString('en-US')} req/s (gateway, Redis, secret key)`,
+      goal: '< 2 ms',
+      figure:
+        bench.added.length > 0
+          ? `${addedP99.toFixed(2)} ms (p50 ${addedP50.toFixed(2)} ms; median of ${bench.added.length} round(s))`
+          : undefined,
+      met: bench.added.length > 0 ? addedP99 < 2 : undefined,
+    },
+    ...(bench.rss.length > 0
+      ? bench.rss.map((c) => {
+          const growth = c.afterMiB - c.beforeMiB;
+          const later = c.afterWindowMiB - c.afterMiB;
+          return {
+            label: `RSS growth after ${c.ips.toLocaleString('en-US')} distinct client IPs: ${c.target}`,
+            goal: `< ${RSS_GROWTH_TARGET_MIB} MiB, flat after the window (within ${FLAT_MIB} MiB)`,
+            figure: `${growth.toFixed(0)} MiB, then ${later >= 0 ? '+' : ''}${later.toFixed(0)} MiB after the window`,
+            met: growth < RSS_GROWTH_TARGET_MIB && later <= FLAT_MIB,
+          };
+        })
+      : [
+          {
+            label: 'RSS growth after 1,000,000 distinct client IPs',
+            goal: `< ${RSS_GROWTH_TARGET_MIB} MiB, flat after the window`,
+            figure: undefined,
+            met: undefined,
+          },
+        ]),
+  ];
+}
 
 async function main(): Promise<void> {
   const wrk = versionOf('wrk')?.replace(/\s+Copyright.*$/, '');
@@ -439,6 +747,8 @@ async function main(): Promise<void> {
     accounts: setting('BENCH_ACCOUNTS', 1000, 1, 100_000),
     rounds: setting('BENCH_ROUNDS', 3, 1, 20),
     roundSeconds: setting('BENCH_ROUND_DURATION', Math.min(5, durationSeconds), 1, 600),
+    pacedConnections: setting('BENCH_PACED_CONNECTIONS', 1, 1, 1000),
+    distinctIps: setting('BENCH_DISTINCT_IPS', 1_000_000, 1000, 8_000_000),
   };
   const groups = selectedGroups();
   const baseline = baselineBuild();
@@ -469,22 +779,19 @@ async function main(): Promise<void> {
       secret: path.join(dir, 'secret.lua'),
       token: path.join(dir, 'token.lua'),
       wrong: path.join(dir, 'wrong.lua'),
+      forwardAuth: path.join(dir, 'forward-auth.lua'),
     };
-    writeRotatingScript(
-      scripts.upstream,
-      WALLETS_PATH,
-      accounts.map((account) => ({
-        'X-Gateway-Account-Id': account.accountId,
-        'X-Gateway-Key-Id': account.keyId,
-        'X-Gateway-Role': 'level-1',
-        'X-Gateway-Credential': 'secret',
-      })),
-    );
-    writeRotatingScript(
-      scripts.secret,
-      WALLETS_PATH,
-      accounts.map((account) => ({ Authorization: `Bearer ${account.secretKey}` })),
-    );
+    const upstreamHeaders = accounts.map((account) => ({
+      'X-Gateway-Account-Id': account.accountId,
+      'X-Gateway-Key-Id': account.keyId,
+      'X-Gateway-Role': 'level-1',
+      'X-Gateway-Credential': 'secret',
+    }));
+    const secretHeaders = accounts.map((account) => ({
+      Authorization: `Bearer ${account.secretKey}`,
+    }));
+    writeRotatingScript(scripts.upstream, WALLETS_PATH, upstreamHeaders);
+    writeRotatingScript(scripts.secret, WALLETS_PATH, secretHeaders);
     writeRotatingScript(
       scripts.token,
       WALLETS_PATH,
@@ -498,6 +805,12 @@ async function main(): Promise<void> {
       wrongKeys.map((key) => ({ Authorization: `Bearer ${key}` })),
       { countStatuses: true },
     );
+    // What nginx's auth_request sends (test/helpers/forward-auth.ts), for each account in turn.
+    writeRotatingScript(
+      scripts.forwardAuth,
+      FORWARD_AUTH_PATH,
+      secretHeaders.map((headers) => ({ ...headers, ...FORWARD_AUTH_HEADERS })),
+    );
     const first = accounts[0];
     const wrongKey = wrongKeys[0];
     if (first === undefined || wrongKey === undefined) throw new Error('no accounts');
@@ -510,18 +823,6 @@ async function main(): Promise<void> {
       HOST: '127.0.0.1',
     });
     await waitUntil(upstream, `${upstreamUrl}/`, (reply) => reply.status > 0);
-
-    if (groups.has('direct')) {
-      await bench.measure(TARGETS.upstream, 'gateway headers', upstreamUrl, scripts.upstream);
-      const floorPort = await freePort();
-      const floor = bench.node('express floor', 'bench/express-floor.js', {
-        PORT: String(floorPort),
-      });
-      const floorUrl = `http://127.0.0.1:${floorPort}`;
-      await waitUntil(floor, `${floorUrl}${WALLETS_PATH}`, (reply) => reply.status === 200);
-      await bench.measure(TARGETS.floor, 'gateway headers', floorUrl, scripts.upstream);
-      await floor.stop();
-    }
 
     const gatewayEnv = {
       HOST: '127.0.0.1',
@@ -551,33 +852,186 @@ async function main(): Promise<void> {
       );
       return { url, gateway };
     };
-    const runGateway = async (
-      target: string,
+    /** A bench process of `bench/` on a free loopback port, once `GET readyPath` answers. */
+    const startBenchServer = async (
+      name: string,
+      script: string,
       env: Record<string, string>,
-      limits: string,
-    ): Promise<void> => {
-      const { url, gateway } = await startGateway(target, env, limits);
-      await sanityCheck(url, first);
-      await bench.measure(target, 'secret key', url, scripts.secret);
-      await bench.measure(target, 'token', url, scripts.token);
-      bench.recordMemory(target, gateway);
-      await gateway.stop();
+      readyPath = WALLETS_PATH,
+    ): Promise<{ url: string; child: Child }> => {
+      const port = await freePort();
+      const url = `http://127.0.0.1:${port}`;
+      const child = bench.node(name, script, { ...env, PORT: String(port) });
+      await waitUntil(child, `${url}${readyPath}`, (reply) => reply.status > 0);
+      return { url, child };
     };
-    if (groups.has('memory')) await runGateway(TARGETS.memory, {}, 'memory');
 
-    if (groups.has('redis')) {
-      const redis = await obtainRedis(bench);
-      if (redis === undefined) {
-        log('no redis-server on PATH and no BENCH_REDIS_URL: (c) skipped');
-      } else {
-        redisOrigin = redis.origin;
-        const prefix = `tollgate-bench:${randomBytes(6).toString('hex')}:`;
-        await runGateway(
-          TARGETS.redis,
-          { REDIS_URL: redis.url, TOLLGATE_REDIS_PREFIX: prefix },
-          'shared',
-        );
+    // Kept running until the side-by-side rounds of the target ratios are done.
+    const roundUrls = new Map<RoundCase, string>();
+
+    if (groups.has('direct')) {
+      await bench.measure(TARGETS.upstream, 'gateway headers', upstreamUrl, scripts.upstream);
+      const floor = await startBenchServer('express floor', 'bench/express-floor.js', {});
+      await bench.measure(TARGETS.floor, 'gateway headers', floor.url, scripts.upstream);
+      roundUrls.set('floor', floor.url);
+      const proxy = await startBenchServer('express + proxy', 'bench/express-proxy.js', {
+        UPSTREAM_URL: upstreamUrl,
+      });
+      await bench.measure(TARGETS.proxy, 'gateway headers', proxy.url, scripts.upstream);
+      await proxy.child.stop();
+    }
+
+    if (groups.has('memory')) {
+      const { url, gateway } = await startGateway(TARGETS.memory, {}, 'memory');
+      await sanityCheck(url, first);
+      await bench.measure(TARGETS.memory, 'secret key', url, scripts.secret);
+      await bench.measure(TARGETS.memory, 'token', url, scripts.token);
+      bench.recordMemory(TARGETS.memory, gateway);
+      await gateway.stop();
+    }
+
+    const redisGroups: readonly Group[] = ['redis', 'naive', 'forward-auth', 'latency', 'rss'];
+    const redis = redisGroups.some((group) => groups.has(group))
+      ? await obtainRedis(bench)
+      : undefined;
+    if (redis === undefined && redisGroups.some((group) => groups.has(group))) {
+      log('no redis-server on PATH and no BENCH_REDIS_URL: the Redis cases are skipped');
+    }
+    if (redis !== undefined) redisOrigin = redis.origin;
+    const redisPort = redis?.port;
+    const withRedis = (): Record<string, string> =>
+      redis === undefined
+        ? {}
+        : {
+            REDIS_URL: redis.url,
+            TOLLGATE_REDIS_PREFIX: `tollgate-bench:${randomBytes(6).toString('hex')}:`,
+          };
+    const counted: MeasureOptions = { expected: SUCCESS, redisPort };
+
+    if (redis !== undefined && groups.has('redis')) {
+      const { url, gateway } = await startGateway(TARGETS.redis, withRedis(), 'shared');
+      await sanityCheck(url, first);
+      await bench.measure(TARGETS.redis, 'secret key', url, scripts.secret, counted);
+      await bench.measure(TARGETS.redis, 'token', url, scripts.token, counted);
+      bench.recordMemory(TARGETS.redis, gateway);
+      roundUrls.set('redis-secret', url).set('redis-token', url);
+    }
+
+    if (redis !== undefined && groups.has('naive')) {
+      const env = withRedis();
+      const naive = await startBenchServer('naive composition', 'bench/naive-composition.js', {
+        KEYS_FILE: keysFile,
+        REDIS_URL: redis.url,
+        REDIS_PREFIX: env.TOLLGATE_REDIS_PREFIX ?? 'tollgate-bench:naive:',
+        UPSTREAM_URL: upstreamUrl,
+      });
+      const status = await walletsWith(naive.url, first.secretKey);
+      if (status !== 200) throw new Error(`the naive composition answered ${status}`);
+      await bench.measure(TARGETS.naive, 'secret key', naive.url, scripts.secret, counted);
+      roundUrls.set('naive', naive.url);
+    }
+
+    if (redis !== undefined && groups.has('forward-auth')) {
+      const { url, gateway } = await startGateway(
+        TARGETS.forwardAuth,
+        { ...withRedis(), TOLLGATE_TRUST_PROXY: '127.0.0.1' },
+        'shared',
+      );
+      await forwardAuthCheck(url, first);
+      await bench.measure(TARGETS.forwardAuth, 'secret key', url, scripts.forwardAuth, counted);
+      bench.recordMemory(TARGETS.forwardAuth, gateway);
+      roundUrls.set('forward-auth', url);
+    }
+
+    if (roundUrls.size > 1) {
+      const scriptOf: Readonly<Record<RoundCase, string>> = {
+        floor: scripts.upstream,
+        naive: scripts.secret,
+        'redis-secret': scripts.secret,
+        'redis-token': scripts.token,
+        'forward-auth': scripts.forwardAuth,
+      };
+      const cases = [...roundUrls.keys()];
+      for (let round = 1; round <= settings.rounds; round++) {
+        // Which case goes first moves by one every round.
+        const shift = (round - 1) % cases.length;
+        const order = [...cases.slice(shift), ...cases.slice(0, shift)];
+        const results = new Map<RoundCase, WrkResult>();
+        for (const name of order) {
+          const row = await bench.run(
+            ROUND_LABELS[name],
+            `round ${round}`,
+            roundUrls.get(name) ?? '',
+            scriptOf[name],
+            {
+              expected: SUCCESS,
+              durationSeconds: settings.roundSeconds,
+              context: `round ${round} of ${settings.rounds}`,
+            },
+          );
+          bench.roundRows.push(row);
+          results.set(name, row.result);
+        }
+        bench.rounds.push(results);
       }
+    }
+
+    if (redis !== undefined && groups.has('latency')) {
+      const { url, gateway } = await startGateway(TARGETS.paced, withRedis(), 'shared');
+      await sanityCheck(url, first);
+      const paced = async (
+        target: string,
+        credential: string,
+        targetUrl: string,
+        headerSets: readonly Readonly<Record<string, string>>[],
+        context: string,
+      ): Promise<WrkResult> => {
+        const { warmupSeconds } = settings;
+        log(
+          `${target}, ${PACED_RATE}/s [${context}]: ${warmupSeconds}s warm-up, ${settings.roundSeconds}s measured`,
+        );
+        const common = { url: targetUrl, path: WALLETS_PATH, headerSets, rate: PACED_RATE };
+        const connections = settings.pacedConnections;
+        if (warmupSeconds > 0)
+          await runPaced({ ...common, connections, durationSeconds: warmupSeconds });
+        const result = await runPaced({
+          ...common,
+          connections,
+          durationSeconds: settings.roundSeconds,
+        });
+        const short = result.requestsPerSecond < PACED_RATE * 0.95;
+        bench.pacedRows.push({
+          target,
+          credential: `${credential}, ${context}`,
+          expected: SUCCESS,
+          result,
+          measuredSeconds: settings.roundSeconds,
+          ...(short
+            ? {
+                note: `${context}: reached ${Math.round(result.requestsPerSecond)} of ${PACED_RATE} requests a second (raise BENCH_PACED_CONNECTIONS on a busy machine)`,
+              }
+            : {}),
+        });
+        return result;
+      };
+      for (let round = 1; round <= settings.rounds; round++) {
+        const context = `round ${round}`;
+        const stub = (): Promise<WrkResult> =>
+          paced(TARGETS.upstream, 'gateway headers', upstreamUrl, upstreamHeaders, context);
+        const gate = (): Promise<WrkResult> =>
+          paced(TARGETS.paced, 'secret key', url, secretHeaders, context);
+        let direct: WrkResult;
+        let through: WrkResult;
+        if (round % 2 === 1) {
+          direct = await stub();
+          through = await gate();
+        } else {
+          through = await gate();
+          direct = await stub();
+        }
+        bench.added.push({ p50: through.p50Ms - direct.p50Ms, p99: through.p99Ms - direct.p99Ms });
+      }
+      await gateway.stop();
     }
 
     /** A case measured in a gateway process of its own (in-memory limits), for either build. */
@@ -683,6 +1137,24 @@ async function main(): Promise<void> {
         bench.comparisons.push({ name: gatewayCase.name, rounds });
       }
     }
+
+    if (groups.has('rss')) {
+      const sink = await startBenchServer('sink upstream', 'bench/sink-upstream.js', {}, '/');
+      const kinds: { limits: string; env: Record<string, string>; healthz: string }[] = [
+        { limits: 'memory', env: {}, healthz: 'memory' },
+        ...(redis === undefined ? [] : [{ limits: 'Redis', env: withRedis(), healthz: 'shared' }]),
+      ];
+      for (const kind of kinds) {
+        const target = `(j) gateway, ${kind.limits} limits, POST ${CHECKOUT_PATH} per IP`;
+        const { url, gateway } = await startGateway(
+          target,
+          { ...kind.env, TOLLGATE_TRUST_PROXY: '127.0.0.1', TOLLGATE_UPSTREAM_URL: sink.url },
+          kind.healthz,
+        );
+        bench.rss.push(await measureRss(target, url, gateway, first, settings.distinctIps));
+        await gateway.stop();
+      }
+    }
   } finally {
     await bench.stopAll();
   }
@@ -713,7 +1185,44 @@ async function main(): Promise<void> {
         `- ${memory.target}: RSS after the run ${memory.rssMiB.toFixed(0)} MiB (peak ${memory.peakMiB.toFixed(0)} MiB)`,
     ),
     '',
+    ...redisCommandLines(bench.rows),
+    '',
   ];
+  if (bench.roundRows.length > 0) {
+    out.push(
+      '### Side by side, for the target ratios',
+      '',
+      `- ${settings.rounds} round(s); in each, every case below in turn (${settings.warmupSeconds}s warm-up, ${settings.roundSeconds}s measured), the first case moving by one every round`,
+      '',
+      formatRows(bench.roundRows),
+      '',
+    );
+  }
+  if (bench.pacedRows.length > 0) {
+    out.push(
+      `### At a fixed ${PACED_RATE.toLocaleString('en-US')} requests a second (autocannon)`,
+      '',
+      `- ${settings.pacedConnections} connection(s), ${settings.roundSeconds}s measured after ${settings.warmupSeconds}s warm-up, stub and gateway alternating over ${settings.rounds} round(s); latencies from each response's own time`,
+      '',
+      formatRows(bench.pacedRows),
+      '',
+      ...notes(bench.pacedRows),
+      ...bench.added.map(
+        (added, index) =>
+          `- round ${index + 1}: the gateway added p50 ${added.p50.toFixed(2)} ms, p99 ${added.p99.toFixed(2)} ms over the stub`,
+      ),
+      '',
+    );
+  }
+  if (bench.rss.length > 0) {
+    out.push(
+      `### RSS after distinct client IPs on the per-IP scopes (POST ${CHECKOUT_PATH}, X-Forwarded-For from loopback)`,
+      '',
+      formatRss(bench.rss),
+      '',
+    );
+  }
+  out.push('### Targets of the issue', '', formatTargets(targetsOf(bench)), '');
   if (baseline !== undefined) {
     out.push(
       '### This build / baseline, side by side',
@@ -727,8 +1236,17 @@ async function main(): Promise<void> {
   }
   // One blank line between blocks, whichever blocks are empty.
   console.log(out.filter((line, index) => line !== '' || out[index - 1] !== '').join('\n'));
+  const badRss = bench.rss.filter((c) => c.unexpected > 0);
+  if (badRss.length > 0) {
+    log(
+      `RSS cases had unexpected answers: ${badRss.map((c) => `${c.target}: ${c.unexpected}`).join('; ')}`,
+    );
+    process.exitCode = 1;
+  }
   const failures = [
     ...bench.rows,
+    ...bench.roundRows,
+    ...bench.pacedRows,
     ...bench.comparisons.flatMap((comparison) =>
       comparison.rounds.flatMap((round) => [round.current, round.baseline]),
     ),
