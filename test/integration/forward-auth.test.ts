@@ -1,7 +1,7 @@
 import { ROUTES, type RouteSpec } from '../../gateway/routes';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import { allowedMethods, expectErrorBody } from '../helpers/error-body';
-import type { TestKey } from '../helpers/fixtures';
+import { type TestKey, withLastCharacterChanged } from '../helpers/fixtures';
 import {
   askAs,
   type ClientRequest,
@@ -144,7 +144,7 @@ describe('forward authentication (contract 12)', () => {
         proxy,
         await ask(proxy, {
           target: '/api/v1/wallets/',
-          headers: bearer(`${gateway.fixtures.keys.admin.secretKey.slice(0, -1)}x`),
+          headers: bearer(withLastCharacterChanged(gateway.fixtures.keys.admin.secretKey)),
         }),
         { status: 401, code: 'invalid_api_key' },
       );
@@ -311,7 +311,7 @@ describe('forward authentication (contract 12)', () => {
     for (let attempt = 0; attempt < 20; attempt++) {
       const wrong = await ask('caddy', {
         target: '/api/v1/wallets/',
-        headers: bearer(`${key.secretKey.slice(0, -1)}${attempt % 2 === 0 ? 'x' : 'y'}`),
+        headers: bearer(withLastCharacterChanged(key.secretKey)),
         clientIp,
       });
       expect(wrong.status).toBe(401);
