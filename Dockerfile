@@ -25,6 +25,8 @@ RUN node scripts/gateway-runtime-package.cjs \
   && npm install --omit=dev --ignore-scripts --no-audit --no-fund \
   && npm cache clean --force
 COPY --from=build /app/dist ./dist
+# The SQL migrations, for `node dist/gateway/migrate.js` with TOLLGATE_DATABASE_URL.
+COPY migrations ./migrations
 COPY scripts/docker-entrypoint.sh /usr/local/bin/tollgate-entrypoint
 # No USER line: the entry point drops from root to the owner of the keys file (never root), so a
 # keys file written on the host by any user is readable. `docker run --user` still works as is.

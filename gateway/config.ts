@@ -44,6 +44,8 @@ export interface GatewayConfig {
   readonly redis: RedisTarget | undefined;
   readonly redisPrefix: string;
   readonly keysFile: string | undefined;
+  /** `TOLLGATE_DATABASE_URL`: keys in PostgreSQL instead of a keys file (contract 13). */
+  readonly databaseUrl: string | undefined;
   /** `undefined`: generate a random one (refused when `production`). */
   readonly tokenSecret: string | undefined;
   readonly tokenTtlSeconds: number;
@@ -99,10 +101,21 @@ export function loadConfig(env: Env): GatewayConfig {
       'is required when NODE_ENV=production (tokens must survive restarts and be shared by instances)',
     );
   }
-  if (optional(env, 'TOLLGATE_KEYS_FILE') === undefined && production) {
+  const databaseUrl = databaseUrlOf(env);
+  if (databaseUrl !== undefined && optional(env, 'TOLLGATE_KEYS_FILE') !== undefined) {
+    fail(
+      'TOLLGATE_DATABASE_URL',
+      'and TOLLGATE_KEYS_FILE are both set: keep the one keys come from',
+    );
+  }
+  if (
+    optional(env, 'TOLLGATE_KEYS_FILE') === undefined &&
+    databaseUrl === undefined &&
+    production
+  ) {
     fail(
       'TOLLGATE_KEYS_FILE',
-      'is required when NODE_ENV=production (demo keys are printed to stdout, where logs collect them)',
+      'or TOLLGATE_DATABASE_URL is required when NODE_ENV=production (demo keys are printed to stdout, where logs collect them)',
     );
   }
   const limits = {
@@ -121,6 +134,7 @@ export function loadConfig(env: Env): GatewayConfig {
     redis: redisTarget(env),
     redisPrefix: redisPrefix(env),
     keysFile: optional(env, 'TOLLGATE_KEYS_FILE'),
+    databaseUrl,
     tokenSecret,
     tokenTtlSeconds: integer(
       env,
@@ -150,6 +164,22 @@ function fail(variable: string, problem: string): never {
  * one trailing newline removed. Both set is an error; so is a file that cannot be read or is empty.
  * Nothing of the file's content is ever put in a message.
  */
+/** `TOLLGATE_DATABASE_URL`: a `postgres://` or `postgresql://` URL. */
+export function databaseUrlOf(env: Env): string | undefined {
+  const value = optional(env, 'TOLLGATE_DATABASE_URL');
+  if (value === undefined) return undefined;
+  let url: URL | undefined;
+  try {
+    url = new URL(value);
+  } catch {
+    url = undefined;
+  }
+  if (url === undefined || (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:')) {
+    fail('TOLLGATE_DATABASE_URL', 'must be a postgres:// or postgresql:// URL');
+  }
+  return value;
+}
+
 function secret(env: Env, name: string): string | undefined {
   const value = optional(env, name);
   const file = optional(env, `${name}_FILE`);

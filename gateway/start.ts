@@ -9,6 +9,7 @@ import {
   type KeyStore,
   type LimiterRedisConnection,
   type Logger,
+  PgKeyStore,
   TokenService,
 } from '../lib';
 import { createAdminApp } from './admin';
@@ -49,7 +50,12 @@ export async function startGateway(
   const { logger } = options;
   let keyStore: KeyStore & KeyDirectory;
   let fileStore: FileKeyStore | undefined;
-  if (config.keysFile === undefined) {
+  let databaseStore: PgKeyStore | undefined;
+  if (config.databaseUrl !== undefined) {
+    // Refuses to start (a ConfigurationError, one line) unless the database is migrated.
+    databaseStore = await PgKeyStore.open({ connectionString: config.databaseUrl, logger });
+    keyStore = databaseStore;
+  } else if (config.keysFile === undefined) {
     const demo = createDemoKeys();
     keyStore = demo.ring;
     options.print(formatDemoCredentials(demo.credentials));
@@ -131,9 +137,11 @@ export async function startGateway(
           tokenSha256: config.admin.tokenSha256,
           logger,
           readOnlyReason:
-            fileStore === undefined
-              ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'
-              : 'Keys come from a keys file: change it with the key command and send SIGHUP, or set TOLLGATE_DATABASE_URL',
+            databaseStore !== undefined
+              ? 'Key-management writes on the database store are not wired to this listener yet: use PgKeyStore'
+              : fileStore === undefined
+                ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'
+                : 'Keys come from a keys file: change it with the key command and send SIGHUP, or set TOLLGATE_DATABASE_URL',
         });
   const adminServer = adminApp === undefined ? undefined : createGatewayServer(adminApp);
   const adminUrl =
@@ -161,7 +169,7 @@ export async function startGateway(
       url,
       upstream: stub === undefined ? 'configured' : 'bundled stub',
       rate_limits: config.redis === undefined ? 'memory' : config.redis.kind,
-      keys: fileStore === undefined ? 'demo' : 'file',
+      keys: databaseStore !== undefined ? 'database' : fileStore === undefined ? 'demo' : 'file',
     },
     `Tollgate listening on ${url}`,
   );
@@ -180,6 +188,7 @@ export async function startGateway(
       ]);
       adminApp?.shutdown();
       app.shutdown();
+      await databaseStore?.close();
       await redis?.close();
       if (stub !== undefined) await drain(stub.server, 1000);
     },

@@ -99,6 +99,27 @@ export {
   type KeyStore,
 } from './keys/key-store';
 export {
+  PgKeyStore,
+  NOTIFY_CHANNEL,
+  type PgKeyStoreOptions,
+  type PgKeyStoreState,
+} from './keys/pg-key-store';
+export {
+  MAX_GRACE_SECONDS,
+  SCHEMA_VERSION,
+  type Migration,
+  type MigrationResult,
+  type AccountView,
+  type AccountWithKeys,
+  type CreateKeyOptions,
+  type KeysDocument,
+  type KeyView,
+  type NewKey,
+  type RollOptions,
+  type RollResult,
+} from './keys/pg-key-views';
+
+export {
   TokenService,
   DEFAULT_TOKEN_TTL_SECONDS,
   MIN_TOKEN_SECRET_BYTES,

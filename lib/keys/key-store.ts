@@ -1,17 +1,13 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { ConfigurationError } from '../errors';
 import type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
+import { ABSENT_DIGEST, sha256 } from './key-digest';
 import { parseKeysDocument } from './keys-file';
 
 export type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
 
-export function sha256(value: string): Buffer {
-  return createHash('sha256').update(value, 'utf8').digest();
-}
-
-/** Compared against when a publishable key is unknown, so that case takes the same time. */
-const ABSENT_DIGEST = sha256('tollgate: no such key');
+export { sha256 } from './key-digest';
 
 /** An immutable, indexed set of key records. */
 export class KeyRing implements KeyStore, KeyDirectory {

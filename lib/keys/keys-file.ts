@@ -1,8 +1,14 @@
 import { ConfigurationError } from '../errors';
 import { IpWhitelist } from '../core/ip-whitelist';
-import { keyShape } from './key-format';
 import type { KeyRecord } from './key-record';
 import { OWNER_ROLE, parseRole } from '../core/roles';
+import {
+  expiresAt,
+  type Fail,
+  identifier,
+  publishableKey,
+  secretDigest,
+} from './key-rules';
 
 /**
  * Validation of the keys document:
@@ -14,8 +20,6 @@ import { OWNER_ROLE, parseRole } from '../core/roles';
  * fields are faults too: a misspelt `ipWhitelist` must not silently lift a restriction.
  */
 
-const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
-const DIGEST_PATTERN = /^[0-9a-f]{64}$/;
 const ACCOUNT_FIELDS = new Set(['id', 'ipWhitelist', 'keys']);
 const KEY_FIELDS = new Set([
   'id',
@@ -25,10 +29,6 @@ const KEY_FIELDS = new Set([
   'revoked',
   'expiresAt',
 ]);
-/** RFC 3339 with a time zone: `2026-12-31T23:59:59Z`, `2026-12-31T23:59:59.5+02:00`. */
-const RFC3339_PATTERN =
-  /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/i;
-
 export function parseKeysDocument(document: unknown, source: string): KeyRecord[] {
   const fail = (where: string, problem: string): never => {
     throw new ConfigurationError(`${source}: ${where}: ${problem}`);
@@ -68,24 +68,13 @@ export function parseKeysDocument(document: unknown, source: string): KeyRecord[
       if (seen.keys.has(id)) fail(`${at}.id`, `duplicate key id "${id}"`);
       seen.keys.add(id);
 
-      const publishableKey = key.publishableKey;
-      if (typeof publishableKey !== 'string') fail(`${at}.publishableKey`, 'must be a string');
-      const pk = publishableKey as string;
-      const shape = keyShape(pk);
-      if (shape === 'malformed') {
-        fail(`${at}.publishableKey`, 'must be 20 to 200 printable ASCII characters, no spaces');
-      }
-      if (shape === 'corrupt') fail(`${at}.publishableKey`, 'has a wrong checksum');
-      if (pk.startsWith('sk_')) fail(`${at}.publishableKey`, 'is a secret key (sk_ prefix)');
+      const pk = publishableKey(key.publishableKey, `${at}.publishableKey`, fail);
       if (seen.pks.has(pk)) fail(`${at}.publishableKey`, 'duplicate publishable key');
       seen.pks.add(pk);
 
-      const digest = key.secretKeySha256;
-      if (typeof digest !== 'string' || !DIGEST_PATTERN.test(digest)) {
-        fail(`${at}.secretKeySha256`, 'must be 64 lowercase hexadecimal characters');
-      }
-      if (digests.has(digest as string)) fail(`${at}.secretKeySha256`, 'duplicate secret key');
-      digests.add(digest as string);
+      const digest = secretDigest(key.secretKeySha256, `${at}.secretKeySha256`, fail);
+      if (digests.has(digest)) fail(`${at}.secretKeySha256`, 'duplicate secret key');
+      digests.add(digest);
 
       const role =
         key.role === undefined ? OWNER_ROLE : parseRole(key.role, `${source}: ${at}.role`);
@@ -97,7 +86,7 @@ export function parseKeysDocument(document: unknown, source: string): KeyRecord[
         accountId,
         role,
         publishableKey: pk,
-        secretKeySha256: Buffer.from(digest as string, 'hex'),
+        secretKeySha256: Buffer.from(digest, 'hex'),
         revoked: key.revoked === true,
         expiresAt: expiresAt(key.expiresAt, `${at}.expiresAt`, fail),
         ipWhitelist,
@@ -106,8 +95,6 @@ export function parseKeysDocument(document: unknown, source: string): KeyRecord[
   });
   return records;
 }
-
-type Fail = (where: string, problem: string) => never;
 
 function asObject(
   value: unknown,
@@ -124,28 +111,4 @@ function asObject(
     }
   }
   return value as Record<string, unknown>;
-}
-
-/** A key's deadline in ms since the epoch, from an RFC 3339 time; `undefined` when absent. */
-function expiresAt(value: unknown, where: string, fail: Fail): number | undefined {
-  if (value === undefined) return undefined;
-  const time = typeof value === 'string' && RFC3339_PATTERN.test(value) ? Date.parse(value) : NaN;
-  if (!Number.isFinite(time) || !isCalendarDate(value as string)) {
-    return fail(where, 'must be an RFC 3339 time with a zone, e.g. "2026-12-31T23:59:59Z"');
-  }
-  return time;
-}
-
-/** `2026-02-30…` matches the pattern and `Date.parse` rolls it over to March: refuse it. */
-function isCalendarDate(time: string): boolean {
-  const [year, month, day] = time.slice(0, 10).split('-').map(Number);
-  const daysInMonth = new Date(Date.UTC(year ?? 0, month ?? 0, 0)).getUTCDate();
-  return (day ?? 0) <= daysInMonth;
-}
-
-function identifier(value: unknown, where: string, fail: Fail): string {
-  if (typeof value !== 'string' || !ID_PATTERN.test(value)) {
-    return fail(where, 'must be 1 to 64 characters of letters, digits, "_", ".", ":" or "-"');
-  }
-  return value;
 }

@@ -242,7 +242,7 @@ describe('the packed kit, installed into fresh apps', () => {
     if (work !== '') rmSync(work, { recursive: true, force: true });
   });
 
-  it('ships the built library, its types, the ESM entry and the key command, and nothing else', async () => {
+  it('ships the built library, its types, the ESM entry, the key command and the SQL migrations, and nothing else', async () => {
     const { stdout } = await run('tar', ['tzf', tarball]);
     const files = stdout.trim().split('\n');
     expect(files).toEqual(
@@ -251,12 +251,14 @@ describe('the packed kit, installed into fresh apps', () => {
         'package/dist/lib/index.d.ts',
         'package/dist/esm/index.mjs',
         'package/dist/gateway/keys-cli.js',
+        // PgKeyStore.migrate() applies them; PgKeyStore.open() checks the database against them.
+        'package/migrations/001_keys.sql',
         'package/package.json',
       ]),
     );
     const unexpected = files.filter(
       (file) =>
-        !/^package\/(dist\/lib\/.+\.(js|d\.ts)|dist\/esm\/index\.mjs|dist\/gateway\/keys-cli\.js|package\.json|README\.md|SECURITY\.md|CHANGELOG\.md)$/.test(
+        !/^package\/(dist\/lib\/.+\.(js|d\.ts)|dist\/esm\/index\.mjs|dist\/gateway\/keys-cli\.js|migrations\/\d{3}_[a-z0-9_]+\.sql|package\.json|README\.md|SECURITY\.md|CHANGELOG\.md)$/.test(
           file,
         ),
     );

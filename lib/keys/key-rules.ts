@@ -1,0 +1,82 @@
+import { IpWhitelist } from '../core/ip-whitelist';
+import { ROLES, type Role, isRole } from '../core/roles';
+import { keyShape } from './key-format';
+
+/**
+ * The rules every account and key must pass, wherever it comes from: the keys file, the key
+ * command, the admin API, the database store. Each check reports through `fail(where, problem)`,
+ * which throws the caller's own error (`ConfigurationError` for a file, `InvalidRequestError` for
+ * a request), so the message names the field the same way everywhere.
+ */
+
+export type Fail = (where: string, problem: string) => never;
+
+export const ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
+export const DIGEST_PATTERN = /^[0-9a-f]{64}$/;
+/** RFC 3339 with a time zone: `2026-12-31T23:59:59Z`, `2026-12-31T23:59:59.5+02:00`. */
+const RFC3339_PATTERN =
+  /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$/i;
+
+/** An account or key id: 1 to 64 letters, digits, `_`, `.`, `:` or `-`, not starting with a sign. */
+export function identifier(value: unknown, where: string, fail: Fail): string {
+  if (typeof value !== 'string' || !ID_PATTERN.test(value)) {
+    return fail(where, 'must be 1 to 64 characters of letters, digits, "_", ".", ":" or "-"');
+  }
+  return value;
+}
+
+export function publishableKey(value: unknown, where: string, fail: Fail): string {
+  if (typeof value !== 'string') return fail(where, 'must be a string');
+  const shape = keyShape(value);
+  if (shape === 'malformed') fail(where, 'must be 20 to 200 printable ASCII characters, no spaces');
+  if (shape === 'corrupt') fail(where, 'has a wrong checksum');
+  if (value.startsWith('sk_')) fail(where, 'is a secret key (sk_ prefix)');
+  return value;
+}
+
+/** A SHA-256 digest as 64 lowercase hexadecimal characters. */
+export function secretDigest(value: unknown, where: string, fail: Fail): string {
+  if (typeof value !== 'string' || !DIGEST_PATTERN.test(value)) {
+    return fail(where, 'must be 64 lowercase hexadecimal characters');
+  }
+  return value;
+}
+
+export function role(value: unknown, where: string, fail: Fail): Role {
+  if (isRole(value)) return value;
+  return fail(where, `unknown role ${JSON.stringify(value)}; expected one of ${ROLES.join(', ')}`);
+}
+
+/** A whitelist (addresses and CIDR ranges, never empty), reporting the first bad entry. */
+export function ipWhitelist(value: unknown, where: string, fail: Fail): IpWhitelist {
+  try {
+    return IpWhitelist.parse(value, where);
+  } catch (error) {
+    const message = (error as Error).message;
+    // IpWhitelist.parse names the entry itself: `where[1] "x" is not …` or `where: …`.
+    const problem = message.startsWith(`${where}: `) ? message.slice(where.length + 2) : message;
+    return message.startsWith(`${where}: `) ? fail(where, problem) : failWhole(message, fail);
+  }
+}
+
+function failWhole(message: string, fail: Fail): never {
+  const split = message.indexOf(' ');
+  return fail(message.slice(0, split), message.slice(split + 1));
+}
+
+/** A key's deadline in ms since the epoch, from an RFC 3339 time; `undefined` when absent. */
+export function expiresAt(value: unknown, where: string, fail: Fail): number | undefined {
+  if (value === undefined) return undefined;
+  const time = typeof value === 'string' && RFC3339_PATTERN.test(value) ? Date.parse(value) : NaN;
+  if (!Number.isFinite(time) || !isCalendarDate(value as string)) {
+    return fail(where, 'must be an RFC 3339 time with a zone, e.g. "2026-12-31T23:59:59Z"');
+  }
+  return time;
+}
+
+/** `2026-02-30…` matches the pattern and `Date.parse` rolls it over to March: refuse it. */
+function isCalendarDate(time: string): boolean {
+  const [year, month, day] = time.slice(0, 10).split('-').map(Number);
+  const daysInMonth = new Date(Date.UTC(year ?? 0, month ?? 0, 0)).getUTCDate();
+  return (day ?? 0) <= daysInMonth;
+}

@@ -1,0 +1,424 @@
+import { randomBytes } from 'node:crypto';
+import type { Pool, PoolClient } from 'pg';
+import { OWNER_ROLE, type Role } from '../core/roles';
+import { ConflictError, InvalidRequestError, TollgateError } from '../errors';
+import { sha256 } from './key-digest';
+import { generateKey, type KeyEnvironment } from './key-format';
+import * as rules from './key-rules';
+import { parseKeysDocument } from './keys-file';
+import type {
+  AccountView,
+  AccountWithKeys,
+  CreateKeyOptions,
+  KeysDocument,
+  KeyView,
+  NewKey,
+  RollOptions,
+  RollResult,
+} from './pg-key-views';
+
+/**
+ * The writes of the database key store (contract 13), each one transaction. The schema's triggers
+ * give every changed row a new version and announce it by NOTIFY, so every instance applies it.
+ * Every input passes the keys file's rules; a fault is an `InvalidRequestError` (400
+ * `invalid_request`) naming the field as the admin API spells it (`ip_whitelist[1]: …`). An
+ * account or key that does not exist is a 404 `not_found`; a duplicate, or a roll of a revoked or
+ * expired key, a 409 `conflict`. Values only ever reach SQL as parameters.
+ */
+
+import { MAX_GRACE_SECONDS } from './pg-key-views';
+
+const invalid: rules.Fail = (where, problem) => {
+  throw new InvalidRequestError(`${where}: ${problem}`);
+};
+
+function notFound(what: 'account' | 'key', id: string): TollgateError {
+  return new TollgateError(404, 'not_found', `No ${what} with id ${JSON.stringify(id)}`);
+}
+
+interface AccountRowSql {
+  id: string;
+  ip_whitelist: string[] | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+interface KeyRowSql {
+  id: string;
+  account_id: string;
+  role: Role;
+  publishable_key: string;
+  secret_sha256: Buffer;
+  created_at: Date;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  last_used_at: Date | null;
+}
+
+const ACCOUNT_COLUMNS = 'id, ip_whitelist, created_at, updated_at';
+const KEY_COLUMNS =
+  'id, account_id, role, publishable_key, secret_sha256, created_at, expires_at, revoked_at, last_used_at';
+
+function accountView(row: AccountRowSql): AccountView {
+  return {
+    id: row.id,
+    ipWhitelist: row.ip_whitelist,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}
+
+function keyView(row: KeyRowSql): KeyView {
+  return {
+    id: row.id,
+    accountId: row.account_id,
+    role: row.role,
+    publishableKey: row.publishable_key,
+    createdAt: row.created_at,
+    expiresAt: row.expires_at,
+    revokedAt: row.revoked_at,
+    lastUsedAt: row.last_used_at,
+  };
+}
+
+/** `null`/absent: no restriction; otherwise the canonical entries of a valid whitelist. */
+function whitelistEntries(value: unknown, where: string): string[] | null {
+  if (value === null || value === undefined) return null;
+  return [...rules.ipWhitelist(value, where, invalid).entries()];
+}
+
+function newKeyId(): string {
+  return `key_${randomBytes(6).toString('hex')}`;
+}
+
+function expiryInput(value: unknown, now: number): number | undefined {
+  if (value === undefined || value === null) return undefined;
+  const time =
+    typeof value === 'number'
+      ? Number.isSafeInteger(value)
+        ? value
+        : invalid('expires_at', 'must be a whole number of ms since the epoch')
+      : rules.expiresAt(value, 'expires_at', invalid);
+  if (time !== undefined && time <= now) invalid('expires_at', 'must be in the future');
+  return time;
+}
+
+/** Runs `work` in one transaction; database faults become the errors described above. */
+export async function inTransaction<T>(
+  pool: Pool,
+  work: (client: PoolClient) => Promise<T>,
+): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const result = await work(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw translate(error);
+  } finally {
+    client.release();
+  }
+}
+
+/** Constraint violations the validation above did not catch (a race, a duplicate). */
+function translate(error: unknown): unknown {
+  const { code, constraint } = error as { code?: string; constraint?: string };
+  if (code === '23505') {
+    const field =
+      constraint === 'accounts_pkey'
+        ? 'account id'
+        : constraint === 'keys_pkey'
+          ? 'key id'
+          : constraint === 'keys_publishable_key_key'
+            ? 'publishable key'
+            : constraint === 'keys_secret_sha256_key'
+              ? 'secret key'
+              : (constraint ?? 'value');
+    return new ConflictError(`The ${field} is already in use`);
+  }
+  if (code === '23514') return new InvalidRequestError(`Refused by ${constraint ?? 'a check'}`);
+  return error;
+}
+
+async function accountRow(client: PoolClient, id: string): Promise<AccountRowSql> {
+  const result = await client.query<AccountRowSql>(
+    `SELECT ${ACCOUNT_COLUMNS} FROM accounts WHERE id = $1`,
+    [id],
+  );
+  const row = result.rows[0];
+  if (row === undefined) throw notFound('account', id);
+  return row;
+}
+
+async function keyRow(client: PoolClient, id: string, lock = false): Promise<KeyRowSql> {
+  const result = await client.query<KeyRowSql>(
+    `SELECT ${KEY_COLUMNS} FROM keys WHERE id = $1${lock ? ' FOR UPDATE' : ''}`,
+    [id],
+  );
+  const row = result.rows[0];
+  if (row === undefined) throw notFound('key', id);
+  return row;
+}
+
+/** The row a statement that always returns one returned. */
+function onlyRow<T>(result: { rows: T[] }): T {
+  const row = result.rows[0];
+  if (row === undefined) throw new Error('the database returned no row');
+  return row;
+}
+
+function lookupId(value: unknown, what: 'account' | 'key'): string {
+  if (typeof value !== 'string') invalid(`${what} id`, 'must be a string');
+  return value;
+}
+
+export async function createAccount(
+  pool: Pool,
+  id: unknown,
+  ipWhitelist?: unknown,
+): Promise<AccountView> {
+  const accountId = rules.identifier(id, 'id', invalid);
+  const entries = whitelistEntries(ipWhitelist, 'ip_whitelist');
+  return inTransaction(pool, async (client) => {
+    const result = await client.query<AccountRowSql>(
+      `INSERT INTO accounts (id, ip_whitelist) VALUES ($1, $2) RETURNING ${ACCOUNT_COLUMNS}`,
+      [accountId, entries],
+    );
+    return accountView(onlyRow(result));
+  });
+}
+
+export async function setIpWhitelist(
+  pool: Pool,
+  accountId: unknown,
+  entries: unknown,
+): Promise<AccountView> {
+  const id = lookupId(accountId, 'account');
+  if (entries === undefined) invalid('entries', 'is required: a list of addresses, or null');
+  const whitelist = whitelistEntries(entries, 'entries');
+  return inTransaction(pool, async (client) => {
+    const result = await client.query<AccountRowSql>(
+      `UPDATE accounts SET ip_whitelist = $2 WHERE id = $1 RETURNING ${ACCOUNT_COLUMNS}`,
+      [id, whitelist],
+    );
+    const row = result.rows[0];
+    if (row === undefined) throw notFound('account', id);
+    return accountView(row);
+  });
+}
+
+interface KeyToInsert {
+  readonly id: string;
+  readonly accountId: string;
+  readonly role: Role;
+  readonly expiresAt: number | undefined;
+}
+
+async function insertNewKey(
+  client: PoolClient,
+  key: KeyToInsert,
+  environment: KeyEnvironment,
+): Promise<NewKey> {
+  const publishableKey = generateKey('publishable', environment);
+  const secretKey = generateKey('secret', environment);
+  const result = await client.query<KeyRowSql>(
+    `INSERT INTO keys (id, account_id, role, publishable_key, secret_sha256, expires_at)
+     VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${KEY_COLUMNS}`,
+    [
+      key.id,
+      key.accountId,
+      key.role,
+      publishableKey,
+      sha256(secretKey),
+      key.expiresAt === undefined ? null : new Date(key.expiresAt),
+    ],
+  );
+  return { ...keyView(onlyRow(result)), secretKey };
+}
+
+export async function createKey(
+  pool: Pool,
+  accountId: unknown,
+  options: CreateKeyOptions,
+  environment: KeyEnvironment,
+): Promise<NewKey> {
+  const account = lookupId(accountId, 'account');
+  const id = options.id === undefined ? newKeyId() : rules.identifier(options.id, 'id', invalid);
+  const role = options.role === undefined ? OWNER_ROLE : rules.role(options.role, 'role', invalid);
+  const expiresAt = expiryInput(options.expiresAt, Date.now());
+  return inTransaction(pool, async (client) => {
+    await accountRow(client, account);
+    return insertNewKey(client, { id, accountId: account, role, expiresAt }, environment);
+  });
+}
+
+export async function setRole(pool: Pool, keyId: unknown, role: unknown): Promise<KeyView> {
+  const id = lookupId(keyId, 'key');
+  const newRole = rules.role(role, 'role', invalid);
+  return inTransaction(pool, async (client) => {
+    const result = await client.query<KeyRowSql>(
+      `UPDATE keys SET role = $2 WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
+      [id, newRole],
+    );
+    const row = result.rows[0];
+    if (row === undefined) throw notFound('key', id);
+    return keyView(row);
+  });
+}
+
+
+export async function roll(
+  pool: Pool,
+  keyId: unknown,
+  graceSeconds: unknown,
+  options: RollOptions,
+  environment: KeyEnvironment,
+): Promise<RollResult> {
+  const id = lookupId(keyId, 'key');
+  if (
+    typeof graceSeconds !== 'number' ||
+    !Number.isInteger(graceSeconds) ||
+    graceSeconds < 0 ||
+    graceSeconds > MAX_GRACE_SECONDS
+  ) {
+    invalid('grace_seconds', `must be a whole number from 0 to ${MAX_GRACE_SECONDS}`);
+  }
+  const newId = options.id === undefined ? newKeyId() : rules.identifier(options.id, 'id', invalid);
+  return inTransaction(pool, async (client) => {
+    const old = await keyRow(client, id, true);
+    if (old.revoked_at !== null) throw new ConflictError(`Key "${id}" is revoked: roll refused`);
+    const now = await client.query<{ now: Date }>('SELECT now() AS now');
+    const time = onlyRow(now).now.getTime();
+    if (old.expires_at !== null && old.expires_at.getTime() <= time) {
+      throw new ConflictError(`Key "${id}" has expired: roll refused`);
+    }
+    const key = await insertNewKey(
+      client,
+      { id: newId, accountId: old.account_id, role: old.role, expiresAt: undefined },
+      environment,
+    );
+    const updated = await client.query<KeyRowSql>(
+      `UPDATE keys SET expires_at = LEAST(expires_at, now() + make_interval(secs => $2))
+       WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
+      [id, graceSeconds],
+    );
+    return { key, previous: keyView(onlyRow(updated)) };
+  });
+}
+
+export async function revoke(pool: Pool, keyId: unknown): Promise<KeyView> {
+  const id = lookupId(keyId, 'key');
+  return inTransaction(pool, async (client) => {
+    const result = await client.query<KeyRowSql>(
+      `UPDATE keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1
+       RETURNING ${KEY_COLUMNS}`,
+      [id],
+    );
+    const row = result.rows[0];
+    if (row === undefined) throw notFound('key', id);
+    return keyView(row);
+  });
+}
+
+/** Every account with its keys (never a secret or its digest), ordered by id. */
+export async function listAccounts(pool: Pool): Promise<AccountWithKeys[]> {
+  const accounts = await pool.query<AccountRowSql>(
+    `SELECT ${ACCOUNT_COLUMNS} FROM accounts ORDER BY id`,
+  );
+  const keys = await pool.query<KeyRowSql>(`SELECT ${KEY_COLUMNS} FROM keys ORDER BY id`);
+  const byAccount = new Map<string, KeyView[]>();
+  for (const row of keys.rows) {
+    const list = byAccount.get(row.account_id) ?? [];
+    list.push(keyView(row));
+    byAccount.set(row.account_id, list);
+  }
+  return accounts.rows.map((row) => ({ ...accountView(row), keys: byAccount.get(row.id) ?? [] }));
+}
+
+/**
+ * Writes a keys document into the database, all or nothing: it must pass the keys file's rules,
+ * and no account, key id, publishable key or secret of it may exist already (409 otherwise).
+ */
+export async function importDocument(
+  pool: Pool,
+  document: unknown,
+): Promise<{ accounts: number; keys: number }> {
+  let records;
+  try {
+    records = parseKeysDocument(document, 'import');
+  } catch (error) {
+    throw new InvalidRequestError((error as Error).message);
+  }
+  const accounts = new Map<string, readonly string[] | null>();
+  for (const record of records) {
+    accounts.set(record.accountId, record.ipWhitelist?.entries() ?? null);
+  }
+  return inTransaction(pool, async (client) => {
+    for (const [id, entries] of accounts) {
+      await client.query('INSERT INTO accounts (id, ip_whitelist) VALUES ($1, $2)', [
+        id,
+        entries === null ? null : [...entries],
+      ]);
+    }
+    for (const record of records) {
+      await client.query(
+        `INSERT INTO keys (id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at)
+         VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7 THEN now() END)`,
+        [
+          record.id,
+          record.accountId,
+          record.role,
+          record.publishableKey,
+          record.secretKeySha256,
+          record.expiresAt === undefined ? null : new Date(record.expiresAt),
+          record.revoked,
+        ],
+      );
+    }
+    return { accounts: accounts.size, keys: records.length };
+  });
+}
+
+/**
+ * The database as a keys document (digests only). Accounts without keys are left out: a keys file
+ * cannot hold them.
+ */
+export async function exportDocument(pool: Pool): Promise<KeysDocument> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    const accounts = await client.query<AccountRowSql>(
+      `SELECT ${ACCOUNT_COLUMNS} FROM accounts ORDER BY id`,
+    );
+    const keys = await client.query<KeyRowSql>(`SELECT ${KEY_COLUMNS} FROM keys ORDER BY id`);
+    await client.query('COMMIT');
+    const byAccount = new Map<string, KeyRowSql[]>();
+    for (const key of keys.rows) {
+      const list = byAccount.get(key.account_id) ?? [];
+      list.push(key);
+      byAccount.set(key.account_id, list);
+    }
+    const document: KeysDocument = { accounts: [] };
+    for (const account of accounts.rows) {
+      const own = byAccount.get(account.id) ?? [];
+      if (own.length === 0) continue;
+      document.accounts.push({
+        id: account.id,
+        ...(account.ip_whitelist === null ? {} : { ipWhitelist: account.ip_whitelist }),
+        keys: own.map((key) => ({
+          id: key.id,
+          publishableKey: key.publishable_key,
+          secretKeySha256: key.secret_sha256.toString('hex'),
+          role: key.role,
+          ...(key.revoked_at === null ? {} : { revoked: true as const }),
+          ...(key.expires_at === null ? {} : { expiresAt: key.expires_at.toISOString() }),
+        })),
+      });
+    }
+    return document;
+  } finally {
+    client.release();
+  }
+}

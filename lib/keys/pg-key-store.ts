@@ -1,0 +1,522 @@
+import type { Client, ClientConfig, Notification, Pool } from 'pg';
+import { IpWhitelist } from '../core/ip-whitelist';
+import type { Role } from '../core/roles';
+import { requireOptional } from '../optional-module';
+import type { Logger } from '../types';
+import type { KeyEnvironment } from './key-format';
+import type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
+import { type AccountRow, type KeyRow, LiveKeyRing, type RingChanges } from './live-key-ring';
+import * as admin from './pg-key-admin';
+import type * as views from './pg-key-views';
+import type { MigrationResult } from './pg-key-views';
+import { migrate } from './pg-schema';
+import { assertMigrated } from './pg-schema';
+
+/**
+ * Keys in PostgreSQL (contract 13), shared by every instance. Each instance holds the whole ring
+ * in memory: a request never waits on the database. The first load happens in `open()`; after it
+ * the store asks only for rows whose version is above the last one it applied:
+ *
+ * - at once when a NOTIFY on `tollgate_keys` announces a change (a dedicated LISTEN connection,
+ *   reconnected with backoff when it drops);
+ * - every `pollIntervalMs` (500 ms) as a backstop, which compares `max(version)` first.
+ *
+ * A batch of changed rows is applied in one synchronous step. While the database is unreachable
+ * the last keys stay in force and `state()` says `stale`, with the reason and the time of the last
+ * successful sync. Use of a key is remembered in memory and written as `last_used_at` in one
+ * UPDATE every `lastUsedFlushMs` (30 s), never on the request path.
+ */
+
+export const NOTIFY_CHANNEL = 'tollgate_keys';
+
+export interface PgKeyStoreOptions {
+  /** `postgres://…` */
+  readonly connectionString: string;
+  readonly logger?: Logger;
+  /** The version backstop's period. */
+  readonly pollIntervalMs?: number;
+  /** How often `last_used_at` is written. */
+  readonly lastUsedFlushMs?: number;
+  /** Connections of the query pool (the LISTEN connection is one more). */
+  readonly poolSize?: number;
+  /** Keys made by `createKey`/`roll`: `pk_test_…` or `pk_live_…`. */
+  readonly keyEnvironment?: KeyEnvironment;
+  /** A query, or a connection attempt, that takes longer fails (and the store goes stale). */
+  readonly queryTimeoutMs?: number;
+}
+
+export interface PgKeyStoreState {
+  /** `ready`: in step with the database; `stale`: the last keys loaded are in force. */
+  readonly status: 'ready' | 'stale';
+  /** Why the store is stale. */
+  readonly reason: string | undefined;
+  /** When the ring was last known to match the database (ms since the epoch). */
+  readonly lastSyncAt: number;
+  /** The change version the ring is at. */
+  readonly version: string;
+  readonly keys: number;
+}
+
+interface AccountSql {
+  id: string;
+  ip_whitelist: string[] | null;
+  version: string;
+}
+interface KeySql {
+  id: string;
+  account_id: string;
+  role: Role;
+  publishable_key: string;
+  secret_sha256: Buffer;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  version: string;
+}
+interface DeletionSql {
+  table_name: string;
+  id: string;
+  version: string;
+}
+
+const RECONNECT_MIN_MS = 100;
+const RECONNECT_MAX_MS = 5000;
+
+export class PgKeyStore implements KeyStore, KeyDirectory {
+  private readonly ring = new LiveKeyRing();
+  private readonly logger: Logger | undefined;
+  private readonly clientConfig: ClientConfig;
+  private readonly environment: KeyEnvironment;
+  private version = 0n;
+  private lastSyncAt = 0;
+  private syncFault: string | undefined;
+  private listenFault: string | undefined = 'not connected yet';
+  private listener: Client | undefined;
+  private reconnectDelay = RECONNECT_MIN_MS;
+  private reconnectTimer: NodeJS.Timeout | undefined;
+  private readonly pollTimer: NodeJS.Timeout;
+  private readonly flushTimer: NodeJS.Timeout;
+  /** The sync running, and whether another was asked for while it ran. */
+  private running: Promise<void> | undefined;
+  private again = false;
+  private used = new Set<string>();
+  private closed = false;
+  private lastStatus: PgKeyStoreState['status'] | undefined;
+
+  private constructor(
+    private readonly pool: Pool,
+    options: PgKeyStoreOptions,
+    private readonly pg: typeof import('pg'),
+  ) {
+    this.logger = options.logger;
+    this.environment = options.keyEnvironment ?? 'test';
+    const timeout = options.queryTimeoutMs ?? 5000;
+    this.clientConfig = {
+      connectionString: options.connectionString,
+      connectionTimeoutMillis: timeout,
+      query_timeout: timeout,
+      keepAlive: true,
+    };
+    this.pollTimer = setInterval(() => {
+      void this.backstop();
+    }, options.pollIntervalMs ?? 500);
+    this.pollTimer.unref();
+    this.flushTimer = setInterval(() => {
+      void this.flushLastUsed();
+    }, options.lastUsedFlushMs ?? 30_000);
+    this.flushTimer.unref();
+  }
+
+  /**
+   * Connects, checks that the database is migrated (a `ConfigurationError` otherwise), loads every
+   * key, and starts listening for changes. Rejects when the database cannot be read.
+   */
+  static async open(options: PgKeyStoreOptions): Promise<PgKeyStore> {
+    const pg = requireOptional('pg', 'TOLLGATE_DATABASE_URL (the PostgreSQL key store)');
+    const timeout = options.queryTimeoutMs ?? 5000;
+    const pool = new pg.Pool({
+      connectionString: options.connectionString,
+      max: options.poolSize ?? 4,
+      connectionTimeoutMillis: timeout,
+      query_timeout: timeout,
+      idleTimeoutMillis: 10_000,
+      keepAlive: true,
+    });
+    pool.on('error', () => undefined); // an idle connection lost: the next query reconnects
+    let store: PgKeyStore | undefined;
+    try {
+      await assertMigrated(pool);
+      store = new PgKeyStore(pool, options, pg);
+      await store.sync();
+      if (store.syncFault !== undefined) throw new Error(store.syncFault);
+      await store.listen();
+      return store;
+    } catch (error) {
+      if (store === undefined) await pool.end();
+      else await store.close();
+      throw error;
+    }
+  }
+
+  /**
+   * Applies the SQL migrations (`migrations/NNN_name.sql`) the database lacks, in order, one
+   * transaction each, under an advisory lock: two instances migrating at once is safe.
+   */
+  static async migrate(connectionString: string): Promise<MigrationResult> {
+    const pg = requireOptional('pg', 'the PostgreSQL key store');
+    const pool = new pg.Pool({ connectionString, max: 1, connectionTimeoutMillis: 10_000 });
+    pool.on('error', () => undefined);
+    try {
+      return await migrate(pool);
+    } finally {
+      await pool.end();
+    }
+  }
+
+  state(): PgKeyStoreState {
+    const reason = this.syncFault ?? this.listenFault;
+    return {
+      status: reason === undefined ? 'ready' : 'stale',
+      reason,
+      lastSyncAt: this.lastSyncAt,
+      version: this.version.toString(),
+      keys: this.ring.size,
+    };
+  }
+
+  /**
+   * Brings the ring up to the database's latest version. Calls while one runs share one more
+   * run after it, so a storm of notifications costs at most two queries in a row. Never rejects:
+   * a failure leaves the keys in force and the store stale.
+   */
+  sync(): Promise<void> {
+    if (this.running !== undefined) {
+      this.again = true;
+      return this.running;
+    }
+    const run = async (): Promise<void> => {
+      do {
+        this.again = false;
+        await this.fetchChanges();
+        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by sync() calls meanwhile
+      } while (this.again && !this.closed);
+    };
+    this.running = run().finally(() => {
+      this.running = undefined;
+    });
+    return this.running;
+  }
+
+  private async fetchChanges(): Promise<void> {
+    const since = this.version.toString();
+    try {
+      const client = await this.pool.connect();
+      let accounts: AccountSql[];
+      let keys: KeySql[];
+      let deletions: DeletionSql[];
+      try {
+        // One snapshot for the three reads: versions commit in order (the schema's lock).
+        await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+        accounts = (
+          await client.query<AccountSql>(
+            'SELECT id, ip_whitelist, version FROM accounts WHERE version > $1',
+            [since],
+          )
+        ).rows;
+        keys = (
+          await client.query<KeySql>(
+            `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at, version
+             FROM keys WHERE version > $1`,
+            [since],
+          )
+        ).rows;
+        deletions = (
+          await client.query<DeletionSql>(
+            'SELECT table_name, id, version FROM deletions WHERE version > $1',
+            [since],
+          )
+        ).rows;
+        await client.query('COMMIT');
+      } catch (error) {
+        client.release(true);
+        throw error;
+      }
+      client.release();
+      this.apply(accounts, keys, deletions);
+      this.lastSyncAt = Date.now();
+      this.setFault('sync', undefined);
+    } catch (error) {
+      this.setFault('sync', `database unreachable: ${describe(error)}`);
+    }
+  }
+
+  /** Applies one fetched batch in one synchronous step. */
+  private apply(accounts: AccountSql[], keys: KeySql[], deletions: DeletionSql[]): void {
+    let top = this.version;
+    const bump = (version: string): void => {
+      const value = BigInt(version);
+      if (value > top) top = value;
+    };
+    const present = new Set([...accounts.map((a) => `a:${a.id}`), ...keys.map((k) => `k:${k.id}`)]);
+    const changes: RingChanges = {
+      accounts: accounts.map((row) => {
+        bump(row.version);
+        return this.accountRow(row);
+      }),
+      keys: keys.map((row) => {
+        bump(row.version);
+        return keyRow(row);
+      }),
+      deletedAccounts: [],
+      deletedKeys: [],
+    };
+    for (const row of deletions) {
+      bump(row.version);
+      const kind = row.table_name === 'accounts' ? 'a' : 'k';
+      if (present.has(`${kind}:${row.id}`)) continue; // deleted, then made again
+      (kind === 'a' ? (changes.deletedAccounts as string[]) : (changes.deletedKeys as string[])).push(
+        row.id,
+      );
+    }
+    if (top === this.version) return;
+    this.ring.apply(changes);
+    this.version = top;
+  }
+
+  private accountRow(row: AccountSql): AccountRow {
+    if (row.ip_whitelist === null) return { id: row.id, ipWhitelist: undefined, blocked: false };
+    try {
+      return { id: row.id, ipWhitelist: IpWhitelist.parse(row.ip_whitelist), blocked: false };
+    } catch (error) {
+      // Written by hand past the API's checks: fail closed rather than lift the restriction.
+      this.logger?.error(
+        { event: 'keys.account_blocked', account: row.id, reason: (error as Error).message },
+        'account whitelist in the database is invalid: its keys are refused until it is fixed',
+      );
+      return { id: row.id, ipWhitelist: undefined, blocked: true };
+    }
+  }
+
+  /** The backstop: a cheap `max(version)` first, then the rows after ours when it moved. */
+  private async backstop(): Promise<void> {
+    if (this.closed || this.running !== undefined) return;
+    try {
+      const result = await this.pool.query<{ version: string }>(
+        `SELECT greatest(
+           (SELECT coalesce(max(version), 0) FROM accounts),
+           (SELECT coalesce(max(version), 0) FROM keys),
+           (SELECT coalesce(max(version), 0) FROM deletions))::text AS version`,
+      );
+      if (BigInt(result.rows[0]?.version ?? '0') > this.version) {
+        await this.sync();
+      } else {
+        this.lastSyncAt = Date.now();
+        this.setFault('sync', undefined);
+      }
+    } catch (error) {
+      this.setFault('sync', `database unreachable: ${describe(error)}`);
+    }
+  }
+
+  private async listen(): Promise<void> {
+    if (this.closed) return;
+    const client = new this.pg.Client(this.clientConfig);
+    client.on('error', (error) => {
+      this.listenerLost(client, error);
+    });
+    client.on('end', () => {
+      this.listenerLost(client, new Error('connection closed'));
+    });
+    client.on('notification', (message: Notification) => {
+      if (message.channel === NOTIFY_CHANNEL) this.notified(message.payload);
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${NOTIFY_CHANNEL}`);
+    } catch (error) {
+      this.listenerLost(client, error);
+      return;
+    }
+    // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- close() may have run meanwhile
+    if (this.closed) {
+      await client.end().catch(() => undefined);
+      return;
+    }
+    this.listener = client;
+    this.reconnectDelay = RECONNECT_MIN_MS;
+    this.setFault('listen', undefined);
+    // Changes made while nobody listened: fetch them now.
+    void this.sync();
+  }
+
+  private notified(payload: string | undefined): void {
+    try {
+      const { version } = JSON.parse(payload ?? '{}') as { version?: unknown };
+      if (typeof version === 'number' && BigInt(version) <= this.version) return;
+    } catch {
+      // An unreadable payload: sync anyway.
+    }
+    void this.sync();
+  }
+
+  private listenerLost(client: Client, error: unknown): void {
+    if (this.listener !== undefined && this.listener !== client) return;
+    if (this.reconnectTimer !== undefined) return;
+    this.listener = undefined;
+    client.removeAllListeners('end');
+    client.on('error', () => undefined);
+    void client.end().catch(() => undefined);
+    if (this.closed) return;
+    this.setFault('listen', `change notifications lost: ${describe(error)}`);
+    const delay = this.reconnectDelay;
+    this.reconnectDelay = Math.min(delay * 2, RECONNECT_MAX_MS);
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = undefined;
+      void this.listen();
+    }, delay);
+    this.reconnectTimer.unref();
+  }
+
+  private setFault(which: 'sync' | 'listen', reason: string | undefined): void {
+    if (which === 'sync') this.syncFault = reason;
+    else this.listenFault = reason;
+    const state = this.state();
+    if (state.status === this.lastStatus) return;
+    this.lastStatus = state.status;
+    if (state.status === 'stale') {
+      this.logger?.warn(
+        { event: 'keys.stale', reason: state.reason, last_sync_at: new Date(state.lastSyncAt) },
+        'key database unreachable: the last keys loaded stay in force',
+      );
+    } else {
+      this.logger?.info({ event: 'keys.in_sync', version: state.version }, 'key database in step');
+    }
+  }
+
+  /** Writes `last_used_at` for the keys used since the last flush, in one UPDATE. */
+  async flushLastUsed(): Promise<number> {
+    if (this.used.size === 0) return 0;
+    const ids = [...this.used];
+    this.used = new Set();
+    try {
+      await this.pool.query('UPDATE keys SET last_used_at = now() WHERE id = ANY($1::text[])', [
+        ids,
+      ]);
+      return ids.length;
+    } catch {
+      for (const id of ids) this.used.add(id); // next time
+      return 0;
+    }
+  }
+
+  /** Stops listening and polling, writes the last uses, and closes the connections. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.pollTimer);
+    clearInterval(this.flushTimer);
+    if (this.reconnectTimer !== undefined) clearTimeout(this.reconnectTimer);
+    await this.running;
+    await this.flushLastUsed();
+    const listener = this.listener;
+    this.listener = undefined;
+    if (listener !== undefined) {
+      listener.removeAllListeners('end');
+      await listener.end().catch(() => undefined);
+    }
+    await this.pool.end();
+  }
+
+  // The write API (see pg-key-admin.ts). Each resolves once the change is in this instance's ring.
+
+  createAccount(id: unknown, ipWhitelist?: unknown): Promise<views.AccountView> {
+    return this.written(admin.createAccount(this.pool, id, ipWhitelist));
+  }
+
+  setIpWhitelist(accountId: unknown, entries: unknown): Promise<views.AccountView> {
+    return this.written(admin.setIpWhitelist(this.pool, accountId, entries));
+  }
+
+  createKey(accountId: unknown, options: views.CreateKeyOptions = {}): Promise<views.NewKey> {
+    return this.written(admin.createKey(this.pool, accountId, options, this.environment));
+  }
+
+  setRole(keyId: unknown, role: unknown): Promise<views.KeyView> {
+    return this.written(admin.setRole(this.pool, keyId, role));
+  }
+
+  roll(
+    keyId: unknown,
+    graceSeconds: unknown,
+    options: views.RollOptions = {},
+  ): Promise<views.RollResult> {
+    return this.written(admin.roll(this.pool, keyId, graceSeconds, options, this.environment));
+  }
+
+  revoke(keyId: unknown): Promise<views.KeyView> {
+    return this.written(admin.revoke(this.pool, keyId));
+  }
+
+  import(document: unknown): Promise<{ accounts: number; keys: number }> {
+    return this.written(admin.importDocument(this.pool, document));
+  }
+
+  export(): Promise<views.KeysDocument> {
+    return admin.exportDocument(this.pool);
+  }
+
+  /** Every account and key as the database holds them, `last_used_at` included. */
+  listAccounts(): Promise<views.AccountWithKeys[]> {
+    return admin.listAccounts(this.pool);
+  }
+
+  private async written<T>(write: Promise<T>): Promise<T> {
+    const result = await write;
+    await this.sync();
+    return result;
+  }
+
+  // Lookups: from memory only.
+
+  keyRecords(): readonly KeyRecord[] {
+    return this.ring.keyRecords();
+  }
+
+  findBySecretKey(secretKey: string): KeyRecord | undefined {
+    return this.noteUse(this.ring.findBySecretKey(secretKey));
+  }
+
+  findByKeyPair(publishableKey: string, secretKey: string): KeyRecord | undefined {
+    return this.noteUse(this.ring.findByKeyPair(publishableKey, secretKey));
+  }
+
+  findByPublishableKey(publishableKey: string): KeyRecord | undefined {
+    return this.ring.findByPublishableKey(publishableKey);
+  }
+
+  findById(keyId: string): KeyRecord | undefined {
+    return this.noteUse(this.ring.findById(keyId));
+  }
+
+  private noteUse(record: KeyRecord | undefined): KeyRecord | undefined {
+    if (record !== undefined && !record.revoked) this.used.add(record.id);
+    return record;
+  }
+}
+
+function keyRow(row: KeySql): KeyRow {
+  return {
+    id: row.id,
+    accountId: row.account_id,
+    role: row.role,
+    publishableKey: row.publishable_key,
+    secretKeySha256: row.secret_sha256,
+    revoked: row.revoked_at !== null,
+    expiresAt: row.expires_at === null ? undefined : row.expires_at.getTime(),
+  };
+}
+
+function describe(error: unknown): string {
+  const code = (error as { code?: unknown }).code;
+  const message = error instanceof Error ? error.message : String(error);
+  return typeof code === 'string' ? `${code} ${message}` : message;
+}

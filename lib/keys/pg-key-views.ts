@@ -1,0 +1,83 @@
+import type { Role } from '../core/roles';
+
+/** The shapes the database key store's write API takes and returns (no database types here). */
+
+export const MAX_GRACE_SECONDS = 604_800;
+
+export interface AccountView {
+  readonly id: string;
+  /** Canonical entries; `null`: not restricted. */
+  readonly ipWhitelist: readonly string[] | null;
+  readonly createdAt: Date;
+  readonly updatedAt: Date;
+}
+
+export interface KeyView {
+  readonly id: string;
+  readonly accountId: string;
+  readonly role: Role;
+  readonly publishableKey: string;
+  readonly createdAt: Date;
+  readonly expiresAt: Date | null;
+  readonly revokedAt: Date | null;
+  readonly lastUsedAt: Date | null;
+}
+
+/** A key pair just made: the only time its secret is known. */
+export interface NewKey extends KeyView {
+  readonly secretKey: string;
+}
+
+export interface AccountWithKeys extends AccountView {
+  readonly keys: readonly KeyView[];
+}
+
+export interface CreateKeyOptions {
+  readonly role?: unknown;
+  readonly id?: unknown;
+  /** RFC 3339 time with a zone, or ms since the epoch; must be in the future. */
+  readonly expiresAt?: unknown;
+}
+
+export interface RollOptions {
+  /** The new key's id; a fresh one when absent. */
+  readonly id?: unknown;
+}
+
+/** A keys document (contract 3), as the keys file holds it. */
+export interface KeysDocument {
+  accounts: {
+    id: string;
+    ipWhitelist?: string[];
+    keys: {
+      id: string;
+      publishableKey: string;
+      secretKeySha256: string;
+      role: Role;
+      revoked?: true;
+      expiresAt?: string;
+    }[];
+  }[];
+}
+
+export interface RollResult {
+  /** The new key pair, same account and role. */
+  readonly key: NewKey;
+  /** The old key, with its `expiresAt` now at most the end of the grace. */
+  readonly previous: KeyView;
+}
+
+/** The schema version this build reads and writes: a database at another version is refused. */
+export const SCHEMA_VERSION = 1;
+
+export interface Migration {
+  readonly version: number;
+  readonly name: string;
+  readonly sql: string;
+}
+
+export interface MigrationResult {
+  readonly from: number;
+  readonly to: number;
+  readonly applied: readonly Migration[];
+}
