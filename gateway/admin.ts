@@ -6,21 +6,26 @@ import {
   ConflictError,
   createAuthFailureLimiter,
   errorHandler,
+  InvalidRequestError,
+  jsonBody,
   type KeyDirectory,
   type KeyRecord,
   type Logger,
   methodNotAllowed,
   notFound,
+  type PgKeyStore,
   refuseMalformedRequests,
   requestId,
   sha256,
+  TollgateError,
 } from '../lib';
 
 /**
  * The admin listener (contract 13), for operators, never for API clients: the key-management
  * routes under `/admin/v1/`, behind the admin bearer token (its SHA-256 compared in constant time,
- * wrong tokens throttled per client address like failed authentications). With a keys file the
- * routes only read, and every write answers `409 conflict`: keys files change through the key
+ * wrong tokens throttled per client address like failed authentications). With the database key
+ * store every route works, each write in force on every instance within a second; with a keys file
+ * the routes only read, and every write answers `409 conflict`: keys files change through the key
  * command and SIGHUP. Without `TOLLGATE_ADMIN_TOKEN_SHA256` every key-management route answers
  * 404, as if it did not exist. Every admin request is audited: action, target, outcome.
  */
@@ -30,9 +35,17 @@ export interface AdminAppOptions {
   /** SHA-256 (64 lowercase hex) of the admin token; `undefined`: the routes answer 404. */
   readonly tokenSha256: string | undefined;
   readonly logger: Logger;
-  /** Why writes are refused (the store is read-only). */
+  /** The database key store, which takes writes; `undefined`: writes answer 409 with `readOnlyReason`. */
+  readonly manager?: KeyManager | undefined;
+  /** Why writes are refused when there is no `manager`. */
   readonly readOnlyReason: string;
 }
+
+/** What the admin routes need of a key store that takes writes (the database store). */
+export type KeyManager = Pick<
+  PgKeyStore,
+  'listAccounts' | 'createAccount' | 'setIpWhitelist' | 'createKey' | 'setRole' | 'roll' | 'revoke'
+>;
 
 export type AdminApp = Express & { shutdown(): void };
 
@@ -68,16 +81,20 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
   const router = express.Router({ caseSensitive: true, strict: false });
   if (options.tokenSha256 !== undefined) {
     const authorised = adminToken(options.tokenSha256, failures);
+    const readBody = jsonBody({ limit: '16kb' });
+    const handlers =
+      options.manager === undefined
+        ? fileHandlers(directory, options.readOnlyReason)
+        : databaseHandlers(options.manager);
     for (const route of ADMIN_ROUTES) {
-      const handler: RequestHandler = route.writes
-        ? (_req, _res, next) => {
-            next(new ConflictError(options.readOnlyReason));
-          }
-        : (_req, res) => {
-            res.json({ accounts: accountViews(directory.keyRecords()) });
-          };
       const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch';
-      router[method](route.path, audit(route.action, logger), authorised, handler);
+      router[method](
+        route.path,
+        audit(route.action, logger),
+        authorised,
+        readBody,
+        handlers[route.action],
+      );
     }
     for (const [path, methods] of methodsByPath()) router.all(path, methodNotAllowed(methods));
   }
@@ -119,6 +136,150 @@ function adminToken(
     failures.record(req, refusal);
     next(refusal);
   };
+}
+
+type Action = (typeof ADMIN_ROUTES)[number]['action'];
+
+/** With a keys file: the keys in force are listed, every write is refused. */
+function fileHandlers(directory: KeyDirectory, reason: string): Record<Action, RequestHandler> {
+  const refuse: RequestHandler = (_req, _res, next) => {
+    next(new ConflictError(reason));
+  };
+  return {
+    'accounts.list': (_req, res) => {
+      res.json({ accounts: accountViews(directory.keyRecords()) });
+    },
+    'accounts.create': refuse,
+    'accounts.set_ip_whitelist': refuse,
+    'keys.create': refuse,
+    'keys.set_role': refuse,
+    'keys.roll': refuse,
+    'keys.revoke': refuse,
+  };
+}
+
+/**
+ * With the database store: each route validates its body's fields (unknown ones are a 400, as a
+ * misspelt field must not be silently ignored), calls the store, which validates the values with
+ * the keys file's rules and answers once the change is in force here, and renders the result.
+ */
+function databaseHandlers(manager: KeyManager): Record<Action, RequestHandler> {
+  const run =
+    (
+      status: number,
+      fields: readonly string[],
+      act: (req: AdminRequest) => Promise<unknown>,
+    ): RequestHandler =>
+    (req, res, next) => {
+      let body: Record<string, unknown>;
+      try {
+        body = fieldsOf(req.body, fields);
+      } catch (error) {
+        next(error);
+        return;
+      }
+      act({ id: typeof req.params.id === 'string' ? req.params.id : '', body }).then(
+        (result) => {
+          res.status(status).json(result);
+        },
+        (error: unknown) => {
+          next(error instanceof TollgateError ? error : new DatabaseUnavailableError());
+        },
+      );
+    };
+  return {
+    'accounts.list': run(200, [], async () => ({
+      accounts: (await manager.listAccounts()).map((account) => ({
+        ...accountView(account),
+        keys: account.keys.map(keyView),
+      })),
+    })),
+    'accounts.create': run(201, ['id', 'ip_whitelist'], async ({ body }) =>
+      accountView(await manager.createAccount(body.id, body.ip_whitelist ?? undefined)),
+    ),
+    'accounts.set_ip_whitelist': run(200, ['entries'], async ({ id, body }) => {
+      if (!Object.hasOwn(body, 'entries')) {
+        throw new InvalidRequestError(
+          'entries: a list of addresses and ranges, or null to lift the restriction',
+        );
+      }
+      return accountView(await manager.setIpWhitelist(id, body.entries));
+    }),
+    'keys.create': run(201, ['role', 'id', 'expires_at'], async ({ id, body }) =>
+      newKeyView(
+        await manager.createKey(id, { role: body.role, id: body.id, expiresAt: body.expires_at }),
+      ),
+    ),
+    'keys.set_role': run(200, ['role'], async ({ id, body }) =>
+      keyView(await manager.setRole(id, body.role)),
+    ),
+    'keys.roll': run(201, ['grace_seconds'], async ({ id, body }) => {
+      const rolled = await manager.roll(id, body.grace_seconds);
+      return { ...newKeyView(rolled.key), previous: keyView(rolled.previous) };
+    }),
+    'keys.revoke': run(200, [], async ({ id }) => keyView(await manager.revoke(id))),
+  };
+}
+
+interface AdminRequest {
+  readonly id: string;
+  readonly body: Record<string, unknown>;
+}
+
+/** The body as an object with only `allowed` fields; no body is an empty object. */
+function fieldsOf(body: unknown, allowed: readonly string[]): Record<string, unknown> {
+  if (body === undefined) return {};
+  const object = body as Record<string, unknown>;
+  for (const field of Object.keys(object)) {
+    if (!allowed.includes(field)) {
+      throw new InvalidRequestError(
+        allowed.length === 0
+          ? 'This route takes no body fields'
+          : `unknown field ${JSON.stringify(field.slice(0, 64))}; expected ${allowed.join(', ')}`,
+      );
+    }
+  }
+  return object;
+}
+
+/** The database did not answer: the write may be retried; nothing half-done stays (one transaction). */
+class DatabaseUnavailableError extends TollgateError {
+  override readonly name = 'DatabaseUnavailableError';
+  constructor() {
+    super(503, 'upstream_unavailable', 'The key database is unavailable; the change was not made', {
+      'Retry-After': '1',
+    });
+  }
+}
+
+type StoredAccount = Awaited<ReturnType<KeyManager['createAccount']>>;
+type StoredKey = Awaited<ReturnType<KeyManager['setRole']>>;
+type NewStoredKey = Awaited<ReturnType<KeyManager['createKey']>>;
+
+function accountView(account: StoredAccount): Omit<AccountView, 'keys'> {
+  return {
+    id: account.id,
+    ip_whitelist: account.ipWhitelist === null ? null : [...account.ipWhitelist],
+  };
+}
+
+function keyView(key: StoredKey): KeyView & { account_id: string } {
+  return {
+    id: key.id,
+    account_id: key.accountId,
+    role: key.role,
+    publishable_key: key.publishableKey,
+    created_at: key.createdAt.toISOString(),
+    expires_at: key.expiresAt?.toISOString() ?? null,
+    revoked_at: key.revokedAt?.toISOString() ?? null,
+    last_used_at: key.lastUsedAt?.toISOString() ?? null,
+    revoked: key.revokedAt !== null,
+  };
+}
+
+/** A key just made: the only answer that ever holds its secret. */
+function newKeyView(key: NewStoredKey): ReturnType<typeof keyView> & { secret_key: string } {
+  return { ...keyView(key), secret_key: key.secretKey };
 }
 
 /** One audit line per admin request, when it is answered: never the token or a body. */

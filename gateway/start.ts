@@ -136,12 +136,11 @@ export async function startGateway(
           directory: keyStore,
           tokenSha256: config.admin.tokenSha256,
           logger,
+          manager: databaseStore,
           readOnlyReason:
-            databaseStore !== undefined
-              ? 'Key-management writes on the database store are not wired to this listener yet: use PgKeyStore'
-              : fileStore === undefined
-                ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'
-                : 'Keys come from a keys file: change it with the key command and send SIGHUP, or set TOLLGATE_DATABASE_URL',
+            fileStore === undefined
+              ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'
+              : 'Keys come from a keys file: change it with the key command and send SIGHUP, or set TOLLGATE_DATABASE_URL',
         });
   const adminServer = adminApp === undefined ? undefined : createGatewayServer(adminApp);
   const adminUrl =

@@ -2,13 +2,7 @@ import { ConfigurationError } from '../errors';
 import { IpWhitelist } from '../core/ip-whitelist';
 import type { KeyRecord } from './key-record';
 import { OWNER_ROLE, parseRole } from '../core/roles';
-import {
-  expiresAt,
-  type Fail,
-  identifier,
-  publishableKey,
-  secretDigest,
-} from './key-rules';
+import { expiresAt, type Fail, identifier, publishableKey, secretDigest } from './key-rules';
 
 /**
  * Validation of the keys document:

@@ -268,7 +268,6 @@ export async function setRole(pool: Pool, keyId: unknown, role: unknown): Promis
   });
 }
 
-
 export async function roll(
   pool: Pool,
   keyId: unknown,

@@ -273,9 +273,10 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
       bump(row.version);
       const kind = row.table_name === 'accounts' ? 'a' : 'k';
       if (present.has(`${kind}:${row.id}`)) continue; // deleted, then made again
-      (kind === 'a' ? (changes.deletedAccounts as string[]) : (changes.deletedKeys as string[])).push(
-        row.id,
-      );
+      (kind === 'a'
+        ? (changes.deletedAccounts as string[])
+        : (changes.deletedKeys as string[])
+      ).push(row.id);
     }
     if (top === this.version) return;
     this.ring.apply(changes);

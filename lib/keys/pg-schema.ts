@@ -10,11 +10,9 @@ import { type Migration, type MigrationResult, SCHEMA_VERSION } from './pg-key-v
  * makes concurrent runs safe: the second waits, then finds nothing left to do.
  */
 
-
 /** Taken by `migrate()` for its whole run (any other value would do; this one is Tollgate's). */
 const MIGRATION_LOCK = 7403551200;
 const FILE_PATTERN = /^(\d{3})_([a-z0-9_]+)\.sql$/;
-
 
 /** The repository's `migrations/` folder, from the sources (`lib/keys`) or the build (`dist/lib/keys`). */
 export function migrationsDirectory(): string {
@@ -24,7 +22,9 @@ export function migrationsDirectory(): string {
   ];
   const found = candidates.find((dir) => existsSync(path.join(dir, '001_keys.sql')));
   if (found === undefined) {
-    throw new ConfigurationError(`the migrations folder was not found (looked in ${candidates.join(', ')})`);
+    throw new ConfigurationError(
+      `the migrations folder was not found (looked in ${candidates.join(', ')})`,
+    );
   }
   return found;
 }
@@ -42,7 +42,11 @@ export function readMigrations(directory = migrationsDirectory()): Migration[] {
           `${path.join(directory, file)}: expected a name like ${String(index + 1).padStart(3, '0')}_name.sql`,
         );
       }
-      return { version, name: match[2] ?? '', sql: readFileSync(path.join(directory, file), 'utf8') };
+      return {
+        version,
+        name: match[2] ?? '',
+        sql: readFileSync(path.join(directory, file), 'utf8'),
+      };
     });
   return migrations;
 }
@@ -73,7 +77,6 @@ export async function assertMigrated(client: Pick<ClientBase, 'query'> | Pool): 
     );
   }
 }
-
 
 /** Applies the migrations the database lacks, one transaction each, under an advisory lock. */
 export async function migrate(pool: Pool, migrations = readMigrations()): Promise<MigrationResult> {
