@@ -1,8 +1,7 @@
-import { timingSafeEqual } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { ConfigurationError } from '../errors';
 import type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
-import { ABSENT_DIGEST, sha256 } from './key-digest';
+import { KeyIndex } from './key-index';
 import { parseKeysDocument } from './keys-file';
 
 export type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
@@ -11,16 +10,10 @@ export { sha256 } from './key-digest';
 
 /** An immutable, indexed set of key records. */
 export class KeyRing implements KeyStore, KeyDirectory {
-  private readonly bySecretDigest = new Map<string, KeyRecord>();
-  private readonly byPublishableKey = new Map<string, KeyRecord>();
-  private readonly byId = new Map<string, KeyRecord>();
+  private readonly index = new KeyIndex();
 
   constructor(readonly records: readonly KeyRecord[]) {
-    for (const record of records) {
-      this.bySecretDigest.set(record.secretKeySha256.toString('hex'), record);
-      this.byPublishableKey.set(record.publishableKey, record);
-      this.byId.set(record.id, record);
-    }
+    for (const record of records) this.index.add(record);
   }
 
   /** Parses a keys document (the JSON of the keys file); throws `ConfigurationError` on any fault. */
@@ -33,25 +26,19 @@ export class KeyRing implements KeyStore, KeyDirectory {
   }
 
   findBySecretKey(secretKey: string): KeyRecord | undefined {
-    const digest = sha256(secretKey);
-    const record = this.bySecretDigest.get(digest.toString('hex'));
-    return record !== undefined && timingSafeEqual(digest, record.secretKeySha256)
-      ? record
-      : undefined;
+    return this.index.findBySecretKey(secretKey);
   }
 
   findByKeyPair(publishableKey: string, secretKey: string): KeyRecord | undefined {
-    const record = this.byPublishableKey.get(publishableKey);
-    const matches = timingSafeEqual(sha256(secretKey), record?.secretKeySha256 ?? ABSENT_DIGEST);
-    return matches ? record : undefined;
+    return this.index.findByKeyPair(publishableKey, secretKey);
   }
 
   findByPublishableKey(publishableKey: string): KeyRecord | undefined {
-    return this.byPublishableKey.get(publishableKey);
+    return this.index.findByPublishableKey(publishableKey);
   }
 
   findById(keyId: string): KeyRecord | undefined {
-    return this.byId.get(keyId);
+    return this.index.findById(keyId);
   }
 }
 

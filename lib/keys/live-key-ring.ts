@@ -1,8 +1,7 @@
-import { timingSafeEqual } from 'node:crypto';
 import type { IpWhitelist } from '../core/ip-whitelist';
 import type { Role } from '../core/roles';
 import type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
-import { ABSENT_DIGEST, sha256 } from './key-digest';
+import { KeyIndex } from './key-index';
 
 /** An account as the ring holds it: its whitelist, parsed once and shared by its keys. */
 export interface AccountRow {
@@ -41,13 +40,11 @@ export class LiveKeyRing implements KeyStore, KeyDirectory {
   private readonly keysByAccount = new Map<string, Set<string>>();
   /** The rows as stored, to rebuild a key's record when its account changes. */
   private readonly rows = new Map<string, KeyRow>();
-  private readonly byId = new Map<string, KeyRecord>();
-  private readonly bySecretDigest = new Map<string, KeyRecord>();
-  private readonly byPublishableKey = new Map<string, KeyRecord>();
+  private readonly index = new KeyIndex();
   private listed: readonly KeyRecord[] | undefined;
 
   get size(): number {
-    return this.byId.size;
+    return this.index.size;
   }
 
   apply(changes: RingChanges): void {
@@ -82,9 +79,7 @@ export class LiveKeyRing implements KeyStore, KeyDirectory {
       ipWhitelist: account?.ipWhitelist,
     };
     this.rows.set(row.id, row);
-    this.byId.set(record.id, record);
-    this.bySecretDigest.set(record.secretKeySha256.toString('hex'), record);
-    this.byPublishableKey.set(record.publishableKey, record);
+    this.index.add(record);
     let ids = this.keysByAccount.get(record.accountId);
     if (ids === undefined) {
       ids = new Set();
@@ -94,44 +89,32 @@ export class LiveKeyRing implements KeyStore, KeyDirectory {
   }
 
   private removeKey(id: string): void {
-    const record = this.byId.get(id);
+    const record = this.index.remove(id);
     if (record === undefined) return;
-    this.byId.delete(id);
     this.rows.delete(id);
-    const digest = record.secretKeySha256.toString('hex');
-    if (this.bySecretDigest.get(digest) === record) this.bySecretDigest.delete(digest);
-    if (this.byPublishableKey.get(record.publishableKey) === record) {
-      this.byPublishableKey.delete(record.publishableKey);
-    }
     const ids = this.keysByAccount.get(record.accountId);
     ids?.delete(id);
     if (ids?.size === 0) this.keysByAccount.delete(record.accountId);
   }
 
   keyRecords(): readonly KeyRecord[] {
-    this.listed ??= [...this.byId.values()];
+    this.listed ??= [...this.index.records()];
     return this.listed;
   }
 
   findBySecretKey(secretKey: string): KeyRecord | undefined {
-    const digest = sha256(secretKey);
-    const record = this.bySecretDigest.get(digest.toString('hex'));
-    return record !== undefined && timingSafeEqual(digest, record.secretKeySha256)
-      ? record
-      : undefined;
+    return this.index.findBySecretKey(secretKey);
   }
 
   findByKeyPair(publishableKey: string, secretKey: string): KeyRecord | undefined {
-    const record = this.byPublishableKey.get(publishableKey);
-    const matches = timingSafeEqual(sha256(secretKey), record?.secretKeySha256 ?? ABSENT_DIGEST);
-    return matches ? record : undefined;
+    return this.index.findByKeyPair(publishableKey, secretKey);
   }
 
   findByPublishableKey(publishableKey: string): KeyRecord | undefined {
-    return this.byPublishableKey.get(publishableKey);
+    return this.index.findByPublishableKey(publishableKey);
   }
 
   findById(keyId: string): KeyRecord | undefined {
-    return this.byId.get(keyId);
+    return this.index.findById(keyId);
   }
 }
