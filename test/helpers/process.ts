@@ -143,6 +143,8 @@ export interface HttpRequest {
   readonly headers?: Record<string, string>;
   /** Sent as JSON. */
   readonly json?: unknown;
+  /** Sent as it is, as `application/json` (for bodies that are not valid JSON). */
+  readonly jsonText?: string;
   /** Source address of the connection (any of 127.0.0.0/8), so client addresses are real. */
   readonly from?: string;
 }
@@ -151,7 +153,11 @@ export interface HttpRequest {
 export function httpRequest(options: HttpRequest): Promise<HttpResult> {
   return new Promise((resolve, reject) => {
     const payload =
-      options.json === undefined ? undefined : Buffer.from(JSON.stringify(options.json));
+      options.jsonText !== undefined
+        ? Buffer.from(options.jsonText)
+        : options.json === undefined
+          ? undefined
+          : Buffer.from(JSON.stringify(options.json));
     const req = http.request(
       {
         host: '127.0.0.1',
