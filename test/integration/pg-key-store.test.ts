@@ -360,10 +360,11 @@ describeWithPostgres('PostgreSQL key store', () => {
         const stale = store.state();
         expect(stale.reason).toMatch(/unreachable|notifications lost/);
         expect(stale.lastSyncAt).toBeGreaterThan(0);
-        // Lookups answer at once from memory.
-        const start = performance.now();
-        expect(store.findBySecretKey(key.secretKey)?.id).toBe('key_outage');
-        expect(performance.now() - start).toBeLessThan(5);
+        // Lookups answer from memory, synchronously: a plain record, never a promise that could
+        // wait on the database. (A 5 ms timing bound here once measured 12.7 ms on a busy CI run.)
+        const found: unknown = store.findBySecretKey(key.secretKey);
+        expect(found).not.toBeInstanceOf(Promise);
+        expect((found as { id?: string } | undefined)?.id).toBe('key_outage');
         await expect(writer.revoke('key_outage')).rejects.toThrow();
       } finally {
         server.start();
