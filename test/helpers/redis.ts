@@ -48,6 +48,29 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** redis-server ended before it answered: most often, its port was taken. */
+export class PortTakenError extends Error {
+  constructor(port: number, code: number | null) {
+    super(
+      `redis-server on port ${port} exited at once (code ${String(code)}): its port is likely taken`,
+    );
+  }
+}
+
+/**
+ * Runs `start` with a fresh free port until it does not fail with `PortTakenError` (3 tries):
+ * freePort() only says a port was free a moment ago.
+ */
+export async function onAFreePort<T>(start: (port: number) => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start(await freePort());
+    } catch (error) {
+      if (!(error instanceof PortTakenError) || attempt === 3) throw error;
+    }
+  }
+}
+
 /** A redis-server child process on a free loopback port, keeping nothing on disk. */
 export interface OwnedRedis {
   readonly port: number;
@@ -62,7 +85,8 @@ export async function startRedisServer(
 ): Promise<OwnedRedis> {
   const binary = redisServerPath();
   if (binary === undefined) throw new Error('redis-server is not on PATH');
-  const chosen = port ?? (await freePort());
+  if (port === undefined) return onAFreePort((free) => startRedisServer(free, extraArgs));
+  const chosen = port;
   const child = spawn(
     binary,
     [
@@ -84,7 +108,16 @@ export async function startRedisServer(
     { stdio: 'ignore' },
   );
   const url = `redis://127.0.0.1:${chosen}`;
-  await waitForRedis(url, 5000);
+  // A server that exits at once could not bind its port (another test's server took it between
+  // freePort() and now, or a cluster node's bus port, port + 10000, is taken): say so at once.
+  const exitedEarly = new Promise<never>((_resolve, reject) => {
+    child.once('exit', (code) => {
+      reject(new PortTakenError(chosen, code));
+    });
+  });
+  exitedEarly.catch(() => undefined);
+  await Promise.race([waitForRedis(url, 5000), exitedEarly]);
+  child.removeAllListeners('exit');
   return {
     port: chosen,
     url,

@@ -9,6 +9,7 @@ import { createFixtures, type Fixtures, TOKEN_SECRET } from '../helpers/fixtures
 import {
   describeWithRedis,
   freePort,
+  onAFreePort,
   type OwnedRedis,
   redisServerPath,
   startRedisServer,
@@ -449,20 +450,19 @@ export interface OwnedCluster {
 export async function startRedisCluster(ports?: readonly number[]): Promise<OwnedCluster> {
   const dir = tempDir('cluster');
   const nodes: OwnedRedis[] = [];
+  const startNode = (port: number): Promise<OwnedRedis> =>
+    startOwnedRedis(port, [
+      '--cluster-enabled',
+      'yes',
+      '--cluster-config-file',
+      path.join(dir, `nodes-${port}.conf`),
+      '--cluster-node-timeout',
+      '2000',
+      '--dir',
+      dir,
+    ]);
   for (const chosen of ports ?? [undefined, undefined, undefined]) {
-    const port = chosen ?? (await freePort());
-    nodes.push(
-      await startOwnedRedis(port, [
-        '--cluster-enabled',
-        'yes',
-        '--cluster-config-file',
-        path.join(dir, `nodes-${port}.conf`),
-        '--cluster-node-timeout',
-        '2000',
-        '--dir',
-        dir,
-      ]),
-    );
+    nodes.push(await (chosen === undefined ? onAFreePort(startNode) : startNode(chosen)));
   }
   const addresses = nodes.map((node) => `127.0.0.1:${node.port}`);
   await execFileAsync(
