@@ -22,5 +22,8 @@ module.exports = {
   watchPathIgnorePatterns: ['<rootDir>/dist/'],
   coveragePathIgnorePatterns: ['/node_modules/', '/dist/', '/test/'],
   testTimeout: 20000,
-  maxWorkers: 2,
+  // One test file at a time: several suites start real servers (Redis Cluster, PostgreSQL, nginx,
+  // Caddy, gateway processes) and several assert bounded waits or linear cost; two such files
+  // side by side on a two-core machine made those assertions fail about one run in two.
+  maxWorkers: 1,
 };
