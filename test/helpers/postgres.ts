@@ -1,8 +1,9 @@
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { Client } from 'pg';
 import { freePort } from './redis';
 
@@ -42,6 +43,13 @@ export interface TestPostgres {
   createDatabase(label?: string): Promise<string>;
   /** `pg_ctl stop -m fast`: connections are cut. */
   stop(): void;
+  /**
+   * `pg_ctl stop -m immediate`: the server's processes are killed, as in a crash. Asynchronous, as
+   * is `restart()`, so that a test's own traffic keeps flowing while the server goes and comes.
+   */
+  kill(): Promise<void>;
+  /** `start()` without blocking the test's event loop (after a `kill()`, crash recovery runs). */
+  restart(): Promise<void>;
   /** Starts it again on the same port and data folder. */
   start(): void;
   /** Stops it for good and removes its folder. */
@@ -50,11 +58,18 @@ export interface TestPostgres {
 
 const asRoot = process.getuid?.() === 0;
 
+function command(binary: string, args: string[]): [string, string[]] {
+  return asRoot ? ['runuser', ['-u', SERVER_USER, '--', binary, ...args]] : [binary, args];
+}
+
 function run(binary: string, args: string[]): void {
-  const [command, commandArgs] = asRoot
-    ? ['runuser', ['-u', SERVER_USER, '--', binary, ...args]]
-    : [binary, args];
-  execFileSync(command, commandArgs, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 60_000 });
+  const [file, fileArgs] = command(binary, args);
+  execFileSync(file, fileArgs, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 60_000 });
+}
+
+async function runAsync(binary: string, args: string[]): Promise<void> {
+  const [file, fileArgs] = command(binary, args);
+  await promisify(execFile)(file, fileArgs, { timeout: 60_000 });
 }
 
 export async function startTestPostgres(): Promise<TestPostgres> {
@@ -89,12 +104,15 @@ export async function startTestPostgres(): Promise<TestPostgres> {
     '-c max_connections=60',
   ].join(' ');
   const pgCtl = path.join(bin, 'pg_ctl');
+  const startArgs = ['-D', data, '-o', options, '-l', path.join(directory, 'log'), '-w', 'start'];
   const start = (): void => {
-    run(pgCtl, ['-D', data, '-o', options, '-l', path.join(directory, 'log'), '-w', 'start']);
+    run(pgCtl, startArgs);
   };
   const stop = (): void => {
     run(pgCtl, ['-D', data, '-m', 'fast', '-w', 'stop']);
   };
+  const kill = (): Promise<void> => runAsync(pgCtl, ['-D', data, '-m', 'immediate', '-w', 'stop']);
+  const restart = (): Promise<void> => runAsync(pgCtl, startArgs);
   start();
   let alive = true;
   const onExit = (): void => {
@@ -123,6 +141,8 @@ export async function startTestPostgres(): Promise<TestPostgres> {
       return `postgres://postgres@127.0.0.1:${port}/${name}`;
     },
     stop,
+    kill,
+    restart,
     start,
     destroy() {
       alive = false;
