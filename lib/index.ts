@@ -158,10 +158,10 @@ export {
 export {
   createLimiterRedis,
   parseHostPort,
-  RedisTimeoutError,
   type LimiterRedisOptions,
   type LimiterRedisConnection,
 } from './rate-limit/redis-client';
+export { CommandBatch, RedisTimeoutError } from './rate-limit/command-batch';
 
 // The Express door.
 export {

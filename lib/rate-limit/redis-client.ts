@@ -2,7 +2,7 @@ import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { ConfigurationError } from '../errors';
 import { requireOptional } from '../optional-module';
 import type { LimiterRedis } from './window';
-import type { RedisCommandClient } from './redis-commands';
+import { CommandBatch } from './command-batch';
 import { RedisHealth } from './redis-health';
 
 /**
@@ -53,10 +53,10 @@ export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisCo
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
-    // Auto-pipelining holds a command until the previous batch answers, and its timeout only
-    // starts when it is written: against a hung Redis, waits of twice the command timeout.
+    // Auto-pipelining holds a command until the previous batch answers: `CommandBatch` writes
+    // each turn's commands together instead, without waiting for the previous turn's answers.
     enableAutoPipelining: false,
-    // Only a backstop that clears ioredis' queue: `timedClient` enforces `timeoutMs`.
+    // Only a backstop that clears ioredis' queue: `CommandBatch` enforces `timeoutMs`.
     commandTimeout: 10 * timeoutMs,
     connectTimeout: options.connectTimeoutMs ?? 1000,
     protocol: 2,
@@ -103,51 +103,16 @@ export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisCo
     });
   }
   const health = new RedisHealth(client);
+  const keySlot =
+    options.clusterNodes === undefined
+      ? undefined
+      : requireOptional('cluster-key-slot', 'Redis Cluster limits');
   return {
-    client: timedClient(client, timeoutMs),
+    client: new CommandBatch(client, timeoutMs, keySlot),
     health,
     close: async () => {
       client.disconnect();
       await Promise.resolve();
-    },
-  };
-}
-
-/** The client has not answered a command within the command timeout. */
-export class RedisTimeoutError extends Error {
-  override readonly name = 'RedisTimeoutError';
-  readonly code = 'REDIS_TIMEOUT';
-  constructor(timeoutMs: number) {
-    super(`Redis did not answer within ${timeoutMs} ms`);
-  }
-}
-
-/**
- * The client's commands, each failing with `RedisTimeoutError` when not answered `timeoutMs`
- * after the call. The check runs in the next check phase (`setImmediate`), after the poll phase
- * has read any reply that arrived while the process was busy: a timer checked alone would also
- * fire after a long GC pause or CPU starvation, with the answer waiting unread on the socket.
- */
-function timedClient(client: Redis | Cluster, timeoutMs: number): RedisCommandClient {
-  return {
-    get status() {
-      return client.status;
-    },
-    call: async (command, ...args) => {
-      let answered = false;
-      let timer: NodeJS.Timeout | undefined;
-      const answer = client.call(command, ...args).finally(() => {
-        answered = true;
-        clearTimeout(timer);
-      });
-      const late = new Promise<never>((_resolve, reject) => {
-        timer = setTimeout(() => {
-          setImmediate(() => {
-            if (!answered) reject(new RedisTimeoutError(timeoutMs));
-          });
-        }, timeoutMs);
-      });
-      return Promise.race([answer, late]);
     },
   };
 }
