@@ -47,13 +47,17 @@ export class TollgateError extends Error {
 export function errorBody(
   error: TollgateError,
   requestId: string | undefined,
-): { status: number; code: ErrorCode; message: string; request_id: string | null } {
-  return {
+): { status: number; code: ErrorCode; message: string; request_id: string | null; scope?: string } {
+  const body = {
     status: error.status,
     code: error.code,
     message: error.message,
     request_id: requestId ?? null,
   };
+  // Contract 16: a 429 names the limit that refused.
+  return error instanceof RateLimitedError && error.scope !== undefined
+    ? { ...body, scope: error.scope }
+    : body;
 }
 
 /** @deprecated The former name of `TollgateError`, the same class. */
@@ -160,6 +164,8 @@ export class RateLimitedError extends TollgateError {
     readonly retryAfterSeconds: number,
     /** Further headers of the refusal, e.g. the limit's `RateLimit` and `RateLimit-Policy`. */
     headers: Readonly<Record<string, string>> = {},
+    /** The limit that refused (contract 16): named in the body as `scope`. */
+    readonly scope?: string,
   ) {
     super(429, 'rate_limited', 'Too many requests', {
       ...headers,

@@ -109,7 +109,11 @@ export class ScopeCounter {
       1,
       Math.ceil(((resetTime?.getTime() ?? now + this.windowMs) - now) / 1000),
     );
-    return { admitted: false, headers, error: new RateLimitedError(retryAfter) };
+    return {
+      admitted: false,
+      headers,
+      error: new RateLimitedError(retryAfter, {}, this.name),
+    };
   }
 }
 

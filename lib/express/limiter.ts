@@ -91,7 +91,7 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
     handler: (req, _res, next) => {
       const resetTime = (req as Request & { rateLimit?: { resetTime?: Date } }).rateLimit
         ?.resetTime;
-      next(new RateLimitedError(retryAfterSeconds(resetTime, windowMs)));
+      next(new RateLimitedError(retryAfterSeconds(resetTime, windowMs), {}, name));
     },
     validate: { trustProxy: false, xForwardedForHeader: false, forwardedHeader: false, ip: false },
     ...(options.logger === undefined ? {} : { logger: options.logger }),

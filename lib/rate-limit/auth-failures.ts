@@ -149,10 +149,11 @@ export function createAuthFailureLimiter(
 
   const refusal = (until: number): RateLimitedError => {
     const seconds = retryAfterSeconds(until, windowMs, now());
-    return new RateLimitedError(seconds, {
-      'RateLimit-Policy': policy,
-      RateLimit: `"${NAME}"; r=0; t=${seconds}`,
-    });
+    return new RateLimitedError(
+      seconds,
+      { 'RateLimit-Policy': policy, RateLimit: `"${NAME}"; r=0; t=${seconds}` },
+      NAME,
+    );
   };
 
   const tellFleet = (key: string): void => {

@@ -158,6 +158,8 @@ function expectContractError(response: request.Response, status: number, code: s
       code,
       message: expect.any(String) as unknown,
       request_id: expect.any(String) as unknown,
+      // Contract 16: a 429 names the limit that refused.
+      ...(status === 429 ? { scope: expect.stringMatching(/^[a-z][a-z0-9-]*$/) as unknown } : {}),
     },
   });
   expect(response.headers['content-type']).toMatch(/^application\/json/);

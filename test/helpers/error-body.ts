@@ -2,7 +2,8 @@ import type { IncomingHttpHeaders } from 'node:http';
 
 /**
  * Assertions on the contract's error body (section 7): `Content-Type: application/json` and exactly
- * `{status, code, message, request_id}`, with `request_id` equal to the `X-Request-Id` header.
+ * `{status, code, message, request_id}` (and `scope` on a 429, section 16), with `request_id` equal
+ * to the `X-Request-Id` header.
  */
 
 export interface HttpAnswer {
@@ -16,6 +17,8 @@ export interface ExpectedError {
   readonly code: string;
   /** Exact text, or a pattern where the contract only says what the message is about. */
   readonly message?: string | RegExp;
+  /** A 429's `scope`: the limit that refused (contract 16). */
+  readonly scope?: string;
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -29,7 +32,15 @@ export function expectErrorBody(
   expect({ status: answer.status, summary }).toEqual({ status: expected.status, summary });
   expect(answer.headers['content-type']).toMatch(/^application\/json(;|$)/);
   const body = JSON.parse(answer.text) as Record<string, unknown>;
-  expect(Object.keys(body).sort()).toEqual(['code', 'message', 'request_id', 'status']);
+  // Contract 16: a 429 also names the limit that refused, as its `scope`.
+  const limited = expected.status === 429;
+  expect(Object.keys(body).sort()).toEqual(
+    limited
+      ? ['code', 'message', 'request_id', 'scope', 'status']
+      : ['code', 'message', 'request_id', 'status'],
+  );
+  if (limited) expect(body.scope).toMatch(/^[a-z][a-z0-9-]*$/);
+  if (expected.scope !== undefined) expect(body.scope).toBe(expected.scope);
   expect(body.status).toBe(expected.status);
   expect(body.code).toBe(expected.code);
   expect(typeof body.message).toBe('string');

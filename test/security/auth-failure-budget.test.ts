@@ -230,6 +230,7 @@ function expectRateLimited(answer: Answer | undefined): void {
     code: 'rate_limited',
     message: 'Too many requests',
     request_id: expect.any(String) as unknown,
+    scope: 'auth-failures',
   });
   const retryAfter = answer?.headers['retry-after'] ?? '';
   expect(retryAfter).toMatch(/^\d+$/);

@@ -65,6 +65,8 @@ export interface HostileCase {
   readonly upstream: boolean;
   /** The exact error message, where the contract fixes it. */
   readonly message?: string;
+  /** A 429's `scope`: the limit that refused (contract 16). */
+  readonly scope?: string;
   /** Requests sent first (their outcome is not asserted), e.g. to use up a limit. */
   readonly prepare?: (ctx: CaseContext) => Promise<void>;
   /** Further assertions on the answer. */
@@ -191,6 +193,8 @@ function expectContractBody(result: CaseResult, row: HostileCase): void {
     code: row.code,
     message: row.message ?? (expect.any(String) as unknown),
     request_id: expect.any(String) as unknown,
+    // Contract 16: a 429 names the limit that refused.
+    ...(row.status === 429 ? { scope: row.scope ?? (expect.any(String) as unknown) } : {}),
   });
   expect(ERROR_CODES).toContain(row.code);
   expect(result.headers['x-request-id']).toBe(result.body?.request_id);

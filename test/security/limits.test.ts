@@ -32,8 +32,10 @@ function limited(result: CaseResult, ctx: CaseContext): void {
   expect(retryAfter).toMatch(/^\d+$/);
   expect(Number(retryAfter)).toBeGreaterThanOrEqual(1);
   expect(Number(retryAfter)).toBeLessThanOrEqual(WINDOW_SECONDS);
-  expect(result.headers.ratelimit).toEqual(expect.any(String));
-  expect(result.headers['ratelimit-policy']).toEqual(expect.any(String));
+  // The body's scope is the limit the headers describe (contract 16).
+  const scope = String(result.body?.scope);
+  expect(result.headers.ratelimit).toMatch(new RegExp(`^"${scope}"; r=0; t=\\d+$`));
+  expect(result.headers['ratelimit-policy']).toMatch(new RegExp(`^"${scope}"; q=\\d+; w=\\d+`));
   expect(auditEvents(ctx.gateway, String(result.headers['x-request-id']))).toEqual([
     expect.objectContaining({ outcome: 'denied', reason: 'rate_limited', status: 429 }),
   ]);
@@ -58,6 +60,7 @@ const cases: HostileCase[] = [
     prepare: (ctx) => repeat(ctx, LIMITS.authFailures, wrongKey('127.0.20.1')),
     request: () => wrongKey('127.0.20.1'),
     ...RATE_LIMITED,
+    scope: 'auth-failures',
   },
   {
     name: 'past the failure limit even the right key is refused from that address: 429',
@@ -68,12 +71,14 @@ const cases: HostileCase[] = [
       from: '127.0.20.2',
     }),
     ...RATE_LIMITED,
+    scope: 'auth-failures',
   },
   {
     name: 'past the failure limit a 10 KB Authorization is refused by the limit first: 429',
     prepare: (ctx) => repeat(ctx, LIMITS.authFailures + 1, wrongKey('127.0.20.3')),
     request: () => ({ path: WALLETS, headers: bearer('k'.repeat(10 * 1024)), from: '127.0.20.3' }),
     ...RATE_LIMITED,
+    scope: 'auth-failures',
   },
   {
     name: "another address is not throttled by one address's failures",
@@ -109,6 +114,7 @@ const cases: HostileCase[] = [
       from: '127.0.20.7',
     }),
     ...RATE_LIMITED,
+    scope: 'auth-failures',
   },
   {
     name: 'wrong key pairs on the token exchange are counted: 429',
@@ -129,6 +135,7 @@ const cases: HostileCase[] = [
       from: '127.0.20.8',
     }),
     ...RATE_LIMITED,
+    scope: 'auth-failures',
   },
   {
     name: 'whitelist refusals are counted: 429',
@@ -144,6 +151,7 @@ const cases: HostileCase[] = [
       from: '127.0.20.9',
     }),
     ...RATE_LIMITED,
+    scope: 'auth-failures',
   },
   {
     name: 'checkout past its per-address limit: 429, the upstream not called',
@@ -161,6 +169,7 @@ const cases: HostileCase[] = [
       from: '127.0.21.1',
     }),
     ...RATE_LIMITED,
+    scope: 'checkout-create',
   },
   {
     name: 'checkout counts the address, not the key: another key from the same address, 429',
@@ -178,6 +187,7 @@ const cases: HostileCase[] = [
       from: '127.0.21.2',
     }),
     ...RATE_LIMITED,
+    scope: 'checkout-create',
   },
   {
     name: 'transactions past the per-account limit, with another key of the account: 429',
@@ -192,6 +202,7 @@ const cases: HostileCase[] = [
       from: '127.0.21.3',
     }),
     ...RATE_LIMITED,
+    scope: 'authenticated',
   },
   {
     name: 'wallets past the payments limit, with a token: 429',
@@ -199,6 +210,7 @@ const cases: HostileCase[] = [
       repeat(ctx, LIMITS.payments, { path: WALLETS, headers: bearer(ctx.keys.level2.secretKey) }),
     request: (ctx) => ({ path: WALLETS, headers: bearer(ctx.token(ctx.keys.level3)) }),
     ...RATE_LIMITED,
+    scope: 'payments',
   },
   {
     name: "the token exchange past the account's limit: 429",
@@ -214,6 +226,7 @@ const cases: HostileCase[] = [
       body: { api_key: keys.level1.publishableKey, api_secret: keys.level1.secretKey },
     }),
     ...RATE_LIMITED,
+    scope: 'authenticated',
   },
   {
     name: "one account's limit leaves another account alone",
@@ -286,6 +299,7 @@ const rotating: HostileCase[] = [
       },
     }),
     ...RATE_LIMITED,
+    scope: 'checkout-create',
   },
 ];
 
