@@ -251,6 +251,7 @@ describe('the packed kit, installed into fresh apps', () => {
         'package/dist/lib/index.d.ts',
         'package/dist/esm/index.mjs',
         'package/dist/gateway/keys-cli.js',
+        'package/dist/gateway/keys-cli/database-commands.js',
         // PgKeyStore.migrate() applies them; PgKeyStore.open() checks the database against them.
         'package/migrations/001_keys.sql',
         'package/package.json',
@@ -258,7 +259,7 @@ describe('the packed kit, installed into fresh apps', () => {
     );
     const unexpected = files.filter(
       (file) =>
-        !/^package\/(dist\/lib\/.+\.(js|d\.ts)|dist\/esm\/index\.mjs|dist\/gateway\/keys-cli\.js|migrations\/\d{3}_[a-z0-9_]+\.sql|package\.json|README\.md|SECURITY\.md|CHANGELOG\.md)$/.test(
+        !/^package\/(dist\/lib\/.+\.(js|d\.ts)|dist\/esm\/index\.mjs|dist\/gateway\/keys-cli(\.js|\/[a-z-]+\.js)|migrations\/\d{3}_[a-z0-9_]+\.sql|package\.json|README\.md|SECURITY\.md|CHANGELOG\.md)$/.test(
           file,
         ),
     );
