@@ -103,6 +103,7 @@ module.exports = defineConfig(
     files: [
       'gateway/server.ts',
       'gateway/keys-cli.ts',
+      'gateway/keys-cli/**',
       'gateway/stub-upstream-server.ts',
       'examples/**',
       'bench/**',

@@ -164,9 +164,12 @@ function fail(variable: string, problem: string): never {
  * one trailing newline removed. Both set is an error; so is a file that cannot be read or is empty.
  * Nothing of the file's content is ever put in a message.
  */
-/** `TOLLGATE_DATABASE_URL`: a `postgres://` or `postgresql://` URL. */
+/**
+ * `TOLLGATE_DATABASE_URL`, or the content of the file `TOLLGATE_DATABASE_URL_FILE` names (a
+ * secret, so the password stays out of the environment): a `postgres://` or `postgresql://` URL.
+ */
 export function databaseUrlOf(env: Env): string | undefined {
-  const value = optional(env, 'TOLLGATE_DATABASE_URL');
+  const value = secret(env, 'TOLLGATE_DATABASE_URL');
   if (value === undefined) return undefined;
   let url: URL | undefined;
   try {

@@ -87,6 +87,13 @@ function whitelistEntries(value: unknown, where: string): string[] | null {
   return [...rules.ipWhitelist(value, where, invalid).entries()];
 }
 
+/** A rolled key's replacement keeps its environment: `pk_live_…` rolls into `pk_live_…`. */
+function environmentOf(publishableKey: string): KeyEnvironment | undefined {
+  if (publishableKey.startsWith('pk_live_')) return 'live';
+  if (publishableKey.startsWith('pk_test_')) return 'test';
+  return undefined;
+}
+
 function newKeyId(): string {
   return `key_${randomBytes(6).toString('hex')}`;
 }
@@ -296,7 +303,7 @@ export async function roll(
     const key = await insertNewKey(
       client,
       { id: newId, accountId: old.account_id, role: old.role, expiresAt: undefined },
-      environment,
+      environmentOf(old.publishable_key) ?? environment,
     );
     const updated = await client.query<KeyRowSql>(
       `UPDATE keys SET expires_at = LEAST(expires_at, now() + make_interval(secs => $2))

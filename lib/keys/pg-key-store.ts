@@ -39,7 +39,7 @@ export interface PgKeyStoreOptions {
   readonly lastUsedFlushMs?: number;
   /** Connections of the query pool (the LISTEN connection is one more). */
   readonly poolSize?: number;
-  /** Keys made by `createKey`/`roll`: `pk_test_…` or `pk_live_…`. */
+  /** Keys made by `createKey`: `pk_test_…` or `pk_live_…` (a roll keeps the old key's). Defaults to `test`. */
   readonly keyEnvironment?: KeyEnvironment;
   /** A query, or a connection attempt, that takes longer fails (and the store goes stale). */
   readonly queryTimeoutMs?: number;

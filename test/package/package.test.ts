@@ -251,6 +251,7 @@ describe('the packed kit, installed into fresh apps', () => {
         'package/dist/lib/index.d.ts',
         'package/dist/esm/index.mjs',
         'package/dist/gateway/keys-cli.js',
+        'package/dist/gateway/keys-cli/database-commands.js',
         // PgKeyStore.migrate() applies them; PgKeyStore.open() checks the database against them.
         'package/migrations/001_keys.sql',
         'package/package.json',
@@ -258,11 +259,39 @@ describe('the packed kit, installed into fresh apps', () => {
     );
     const unexpected = files.filter(
       (file) =>
-        !/^package\/(dist\/lib\/.+\.(js|d\.ts)|dist\/esm\/index\.mjs|dist\/gateway\/keys-cli\.js|migrations\/\d{3}_[a-z0-9_]+\.sql|package\.json|README\.md|SECURITY\.md|CHANGELOG\.md)$/.test(
+        !/^package\/(dist\/lib\/.+\.(js|d\.ts)|dist\/esm\/index\.mjs|dist\/gateway\/keys-cli(\.js|\/[a-z-]+\.js)|migrations\/\d{3}_[a-z0-9_]+\.sql|package\.json|README\.md|SECURITY\.md|CHANGELOG\.md)$/.test(
           file,
         ),
     );
     expect(unexpected).toEqual([]);
+  });
+
+  it('the installed tollgate-keys runs: its usage, a keys file, and without pg one line for a database', async () => {
+    const dir = appDirs.get('Express 5') ?? '';
+    const bin = path.join(dir, 'node_modules', '.bin', 'tollgate-keys');
+    const help = await run(bin, ['--help'], { cwd: dir });
+    expect(help.stdout).toMatch(
+      /^usage: tollgate-keys <command> \[--file keys\.json \| --database-url/,
+    );
+    const created = await run(bin, ['create', '--account', 'acct_bin', '--file', 'bin-keys.json'], {
+      cwd: dir,
+    });
+    expect(created.stdout).toMatch(
+      /^Created key \S+ \(administrator\) for account acct_bin in bin-keys\.json\./,
+    );
+    // pg is an optional peer dependency, not installed here.
+    const refused = await run(
+      bin,
+      ['list', '--database-url', 'postgres://tollgate:pw-in-url@127.0.0.1:1/tollgate'],
+      { cwd: dir },
+    ).then(
+      () => ({ code: 0, stderr: '' }),
+      (error: unknown) => error as { code: number; stderr: string },
+    );
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toBe(
+      'tollgate-keys: cannot use the database postgres://tollgate:***@127.0.0.1:1/tollgate: TOLLGATE_DATABASE_URL (the PostgreSQL key store) needs the package pg: npm install pg\n',
+    );
   });
 
   it.each(MAJORS.map((major) => major.label))(

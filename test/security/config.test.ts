@@ -211,6 +211,31 @@ describe('secrets read from files (TOLLGATE_TOKEN_SECRET_FILE, REDIS_PASSWORD_FI
     });
   });
 
+  it('reads the database URL from its file, and refuses it set both ways or with a keys file', () => {
+    const url = 'postgres://tollgate:db-password-0123@postgres:5432/tollgate';
+    const file = write('database_url', `${url}\n`);
+    expect(loadConfig({ ...BASE, TOLLGATE_DATABASE_URL_FILE: file }).databaseUrl).toBe(url);
+    const cases: [Record<string, string>, RegExp][] = [
+      [
+        { ...BASE, TOLLGATE_DATABASE_URL: url, TOLLGATE_DATABASE_URL_FILE: file },
+        /^TOLLGATE_DATABASE_URL and TOLLGATE_DATABASE_URL_FILE are both set/,
+      ],
+      [
+        { ...BASE, TOLLGATE_DATABASE_URL_FILE: file, TOLLGATE_KEYS_FILE: 'keys.json' },
+        /^TOLLGATE_DATABASE_URL and TOLLGATE_KEYS_FILE are both set/,
+      ],
+      [
+        { ...BASE, TOLLGATE_DATABASE_URL_FILE: write('not_a_url', 'db-password-0123\n') },
+        /^TOLLGATE_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL/,
+      ],
+    ];
+    for (const [env, expected] of cases) {
+      const message = refusal(env);
+      expect(message).toMatch(expected);
+      expect(message).not.toContain('db-password-0123');
+    }
+  });
+
   it('refuses a secret set both ways, a missing file, an empty file and a short secret, never echoing it', () => {
     const file = write('short', 'too-short\n');
     const cases: [Record<string, string>, RegExp][] = [

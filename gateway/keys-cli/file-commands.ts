@@ -1,0 +1,200 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import {
+  ConfigurationError,
+  generateKey,
+  type KeyEnvironment,
+  KeyRing,
+  parseRole,
+  sha256,
+} from '../../lib';
+import {
+  type CommandName,
+  environment,
+  graceSeconds,
+  type NewPair,
+  type Options,
+  printAccount,
+  printPair,
+  required,
+  whitelistOption,
+} from './options';
+
+/**
+ * The key command on a keys file: it prints a new secret once and writes only its SHA-256. The
+ * file is validated before it is replaced, and replaced atomically (write, then rename), mode
+ * 0600, so `SIGHUP` loads it whole.
+ */
+
+interface KeyEntry {
+  id: string;
+  publishableKey: string;
+  secretKeySha256: string;
+  role?: string;
+  revoked?: boolean;
+  expiresAt?: string;
+}
+
+interface KeysDocument {
+  accounts: { id: string; ipWhitelist?: string[]; keys: KeyEntry[] }[];
+}
+
+type Account = KeysDocument['accounts'][number];
+type Verb = (document: KeysDocument, options: Options, file: string) => void;
+
+const VERBS: Record<Exclude<CommandName, 'import' | 'export'>, Verb> = {
+  list,
+  create,
+  roll,
+  revoke,
+  'set-role': setRole,
+  'set-whitelist': setWhitelist,
+};
+
+export function runOnFile(command: CommandName, options: Options, file: string): void {
+  if (command === 'import' || command === 'export') {
+    throw new ConfigurationError(`${command} works on a database only`);
+  }
+  VERBS[command](readDocument(file), options, file);
+}
+
+function list(document: KeysDocument): void {
+  for (const account of document.accounts) {
+    printAccount(
+      account.id,
+      account.ipWhitelist,
+      account.keys.map((key) => ({
+        id: key.id,
+        role: key.role ?? 'administrator',
+        publishableKey: key.publishableKey,
+        revoked: key.revoked === true,
+        expiresAt: key.expiresAt,
+      })),
+    );
+  }
+}
+
+function create(document: KeysDocument, options: Options, file: string): void {
+  const accountId = required(options.account, 'create', '--account <id>');
+  let account = document.accounts.find((candidate) => candidate.id === accountId);
+  if (account === undefined) {
+    account = { id: accountId, keys: [] };
+    document.accounts.push(account);
+  }
+  const role = parseRole(options.role ?? 'administrator', '--role');
+  const pair = addKeyPair(account, role, environment(options.env), options.key);
+  writeDocument(file, document);
+  printPair(`Created key ${pair.id} (${role}) for account ${account.id} in ${file}.`, pair);
+}
+
+function roll(document: KeysDocument, options: Options, file: string): void {
+  const { account, key } = findKey(document, options, 'roll', file);
+  const grace = graceSeconds(options.grace);
+  const now = Date.now();
+  if (key.revoked === true)
+    throw new ConfigurationError(`key ${key.id} is revoked: create a new key instead`);
+  const current = key.expiresAt === undefined ? undefined : Date.parse(key.expiresAt);
+  if (current !== undefined && current <= now) {
+    throw new ConfigurationError(`key ${key.id} has expired: create a new key instead`);
+  }
+  // The grace never extends a deadline the key already has.
+  const deadline = Math.min(now + grace * 1000, current ?? Number.POSITIVE_INFINITY);
+  key.expiresAt = new Date(deadline).toISOString();
+  const role = parseRole(key.role ?? 'administrator', `${key.id}.role`);
+  const pair = addKeyPair(account, role, environmentOf(key.publishableKey), undefined);
+  writeDocument(file, document);
+  printPair(
+    `Rolled key ${key.id}: it stops working at ${key.expiresAt}. New key ${pair.id} (${role}) for account ${account.id} in ${file}.`,
+    pair,
+  );
+}
+
+function revoke(document: KeysDocument, options: Options, file: string): void {
+  const { key } = findKey(document, options, 'revoke', file);
+  key.revoked = true;
+  writeDocument(file, document);
+  console.log(`Revoked key ${key.id}; its tokens stop working once the gateway reloads the file.`);
+}
+
+function setRole(document: KeysDocument, options: Options, file: string): void {
+  const { key } = findKey(document, options, 'set-role', file);
+  const role = parseRole(required(options.role, 'set-role', '--role <role>'), '--role');
+  key.role = role;
+  writeDocument(file, document);
+  console.log(
+    `Key ${key.id} now has the role ${role}, for its tokens too, once the gateway reloads the file.`,
+  );
+}
+
+function setWhitelist(document: KeysDocument, options: Options, file: string): void {
+  const accountId = required(options.account, 'set-whitelist', '--account <id>');
+  const account = document.accounts.find((candidate) => candidate.id === accountId);
+  if (account === undefined)
+    throw new ConfigurationError(`no account ${JSON.stringify(accountId)} in ${file}`);
+  const entries = whitelistOption(options);
+  if (entries === null) {
+    delete account.ipWhitelist;
+  } else {
+    // Checked by the gateway's own parser when the document is validated below.
+    account.ipWhitelist = entries;
+  }
+  writeDocument(file, document);
+  console.log(
+    entries === null
+      ? `Account ${account.id}: secret keys and tokens are accepted from any address.`
+      : `Account ${account.id}: secret keys and tokens are accepted from ${entries.join(', ')} only.`,
+  );
+}
+
+function addKeyPair(
+  account: Account,
+  role: string,
+  env: KeyEnvironment,
+  id: string | undefined,
+): NewPair {
+  const pair = {
+    id: id ?? `key_${randomBytes(6).toString('hex')}`,
+    publishableKey: generateKey('publishable', env),
+    secretKey: generateKey('secret', env),
+  };
+  account.keys.push({
+    id: pair.id,
+    publishableKey: pair.publishableKey,
+    secretKeySha256: sha256(pair.secretKey).toString('hex'),
+    role,
+  });
+  return pair;
+}
+
+function findKey(
+  document: KeysDocument,
+  options: Options,
+  command: string,
+  file: string,
+): { account: Account; key: KeyEntry } {
+  const keyId = required(options.key, command, '--key <id>');
+  for (const account of document.accounts) {
+    const key = account.keys.find((candidate) => candidate.id === keyId);
+    if (key !== undefined) return { account, key };
+  }
+  throw new ConfigurationError(`no key ${JSON.stringify(keyId)} in ${file}`);
+}
+
+/** A rolled key's replacement keeps its environment (`pk_live_…` rolls into `pk_live_…`). */
+function environmentOf(publishableKey: string): KeyEnvironment {
+  return publishableKey.startsWith('pk_live_') ? 'live' : 'test';
+}
+
+function readDocument(file: string): KeysDocument {
+  if (!existsSync(file)) return { accounts: [] };
+  const document = JSON.parse(readFileSync(file, 'utf8')) as KeysDocument;
+  KeyRing.fromDocument(document, file);
+  return document;
+}
+
+function writeDocument(file: string, document: KeysDocument): void {
+  KeyRing.fromDocument(document, file);
+  const temporary = `${file}.${process.pid}.tmp`;
+  writeFileSync(temporary, `${JSON.stringify(document, null, 2)}\n`, { mode: 0o600 });
+  renameSync(temporary, file);
+}

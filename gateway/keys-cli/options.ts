@@ -1,0 +1,144 @@
+import { parseArgs } from 'node:util';
+import { ConfigurationError, type KeyEnvironment, MAX_GRACE_SECONDS, ROLES } from '../../lib';
+
+/** The key command's arguments, usage text and the checks every verb shares. */
+
+export const USAGE = `usage: tollgate-keys <command> [--file keys.json | --database-url postgres://…]
+  list                                             accounts and keys (never a secret)
+  create --account <id> [--role ${ROLES.join('|')}] [--key <id>] [--env test|live]
+  roll --key <id> --grace <seconds>                a new key pair; the old key expires after the grace (0 to ${MAX_GRACE_SECONDS})
+  revoke --key <id>
+  set-role --key <id> --role <role>
+  set-whitelist --account <id> --entries <a,b,...> | --none
+  import --file <keys.json>                        a keys file into the database, all or nothing
+  export [--out <keys.json>]                       the database as a keys file (digests only), to stdout or --out
+Where the keys live: --file <path> or --database-url <url>. Without either: $TOLLGATE_DATABASE_URL
+if set, else $TOLLGATE_KEYS_FILE, else ./keys.json; both options, or both variables, are refused.
+import and export always work on the database (import reads the keys file given by --file).
+A keys file: send SIGHUP to the gateway (or restart it) to load the change. The database: every
+gateway on it applies the change within 1 s.`;
+
+export const COMMAND_NAMES = [
+  'list',
+  'create',
+  'roll',
+  'revoke',
+  'set-role',
+  'set-whitelist',
+  'import',
+  'export',
+] as const;
+export type CommandName = (typeof COMMAND_NAMES)[number];
+
+export function isCommand(value: string): value is CommandName {
+  return (COMMAND_NAMES as readonly string[]).includes(value);
+}
+
+export function parse(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      account: { type: 'string' },
+      role: { type: 'string' },
+      key: { type: 'string' },
+      env: { type: 'string', default: 'test' },
+      grace: { type: 'string' },
+      entries: { type: 'string' },
+      none: { type: 'boolean' },
+      file: { type: 'string' },
+      'database-url': { type: 'string' },
+      out: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+}
+
+export type Options = ReturnType<typeof parse>['values'];
+
+/** An option's value, or a one-line error naming what `command` needs. */
+export function required(value: string | undefined, command: string, what: string): string {
+  if (value === undefined || value === '') {
+    throw new ConfigurationError(`${command} needs ${what} (tollgate-keys --help for usage)`);
+  }
+  return value;
+}
+
+export function graceSeconds(value: string | undefined): number {
+  const text = required(
+    value,
+    'roll',
+    `--grace <seconds>: how long the old key keeps working (0 to ${MAX_GRACE_SECONDS})`,
+  );
+  if (!/^\d{1,6}$/.test(text) || Number(text) > MAX_GRACE_SECONDS) {
+    throw new ConfigurationError(
+      `--grace must be a whole number of seconds from 0 to ${MAX_GRACE_SECONDS}`,
+    );
+  }
+  return Number(text);
+}
+
+export function environment(value: string | undefined): KeyEnvironment {
+  if (value !== 'test' && value !== 'live')
+    throw new ConfigurationError('--env must be test or live');
+  return value;
+}
+
+/** `--entries a,b` as a list; `--none` as `null` (no restriction); exactly one of them. */
+export function whitelistOption(options: Options): string[] | null {
+  if ((options.none === true) === (options.entries !== undefined)) {
+    throw new ConfigurationError(
+      'set-whitelist needs either --entries <a,b,...> or --none (no restriction)',
+    );
+  }
+  if (options.none === true) return null;
+  return (options.entries ?? '').split(',').map((entry) => entry.trim());
+}
+
+export interface NewPair {
+  readonly id: string;
+  readonly publishableKey: string;
+  readonly secretKey: string;
+}
+
+/** The only place a secret key is ever printed: after create and roll. */
+export function printPair(headline: string, pair: NewPair): void {
+  console.log(headline);
+  console.log(`  publishable key: ${pair.publishableKey}`);
+  console.log(`  secret key:      ${pair.secretKey}`);
+  console.log(
+    'The secret key is shown only now and is not stored anywhere: keep it in your secret manager.',
+  );
+}
+
+export interface ListedKey {
+  readonly id: string;
+  readonly role: string;
+  readonly publishableKey: string;
+  readonly revoked: boolean;
+  readonly expiresAt: string | undefined;
+  readonly lastUsedAt?: string | undefined;
+}
+
+/** One account and its keys as `list` prints them, whatever holds them. */
+export function printAccount(
+  id: string,
+  whitelist: readonly string[] | undefined,
+  keys: readonly ListedKey[],
+): void {
+  const now = Date.now();
+  console.log(
+    `${id}  (whitelist: ${whitelist === undefined ? 'any address' : whitelist.join(', ')})`,
+  );
+  for (const key of keys) {
+    const state = key.revoked
+      ? 'revoked'
+      : key.expiresAt !== undefined && Date.parse(key.expiresAt) <= now
+        ? `expired ${key.expiresAt}`
+        : key.expiresAt !== undefined
+          ? `expires ${key.expiresAt}`
+          : 'active';
+    const used = key.lastUsedAt === undefined ? '' : `  last used ${key.lastUsedAt}`;
+    console.log(`  ${key.id}  ${key.role}  ${key.publishableKey}  ${state}${used}`);
+  }
+}
