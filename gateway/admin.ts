@@ -19,6 +19,7 @@ import {
   sha256,
   TollgateError,
 } from '../lib';
+import type { Readiness } from './readiness';
 
 /**
  * The admin listener (contract 13), for operators, never for API clients: the key-management
@@ -39,6 +40,8 @@ export interface AdminAppOptions {
   readonly manager?: KeyManager | undefined;
   /** Why writes are refused when there is no `manager`. */
   readonly readOnlyReason: string;
+  /** `GET /readyz`, the same answer as the main listener's. */
+  readonly readiness?: Readiness | undefined;
 }
 
 /** What the admin routes need of a key store that takes writes (the database store). */
@@ -79,6 +82,10 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
   app.use(requestId(), noStore, refuseMalformedRequests(), clientIp());
 
   const router = express.Router({ caseSensitive: true, strict: false });
+  if (options.readiness !== undefined) {
+    router.get('/readyz', options.readiness.handler);
+    router.all('/readyz', methodNotAllowed(['GET']));
+  }
   if (options.tokenSha256 !== undefined) {
     const authorised = adminToken(options.tokenSha256, failures);
     const readBody = jsonBody({ limit: '16kb' });

@@ -22,6 +22,7 @@ import {
 import { auditDecision } from './audit';
 import { DEFAULT_LIMITS, type LimitsConfig, type TrustProxy } from './config';
 import { createProxy } from './proxy';
+import { createReadiness, type Readiness, UpstreamProbe } from './readiness';
 import { ID_PATTERN, type LimitScope, ROUTES, type RouteSpec } from './routes';
 
 /**
@@ -43,6 +44,8 @@ export interface AppOptions {
   trustProxy?: TrustProxy;
   publicKeyHeader?: string;
   upstreamTimeoutMs?: number;
+  /** The readiness probe of the upstream (`/readyz`). Defaults to every 500 ms, 1000 ms timeout. */
+  upstreamProbe?: { intervalMs?: number; timeoutMs?: number };
 }
 
 export type GatewayApp = Express & {
@@ -50,6 +53,10 @@ export type GatewayApp = Express & {
   shutdown(): void;
   /** What `/healthz` reports about rate-limit counters. */
   rateLimitState(): 'memory' | 'shared' | 'degraded';
+  /** What `/readyz` answers (the admin listener serves it too). */
+  readonly readiness: Readiness;
+  /** Resolves once the upstream has been probed once, so `/readyz` reflects it. */
+  readonly upstreamChecked: Promise<void>;
 };
 
 export function createApp(options: AppOptions): GatewayApp {
@@ -100,6 +107,37 @@ export function createApp(options: AppOptions): GatewayApp {
     publicKeyHeader,
   });
   const rateLimitState = (): 'memory' | 'shared' | 'degraded' => gate.rateLimitState();
+  let redisReason: string | undefined;
+  options.redis?.health.on('change', (state, reason) => {
+    redisReason = state === 'degraded' ? reason : undefined;
+  });
+  let upstreamUp: boolean | undefined;
+  const probe = new UpstreamProbe({
+    upstreamUrl: options.upstreamUrl,
+    intervalMs: options.upstreamProbe?.intervalMs,
+    timeoutMs: options.upstreamProbe?.timeoutMs,
+    onProbe: (state) => {
+      if (state.up === upstreamUp) return;
+      upstreamUp = state.up;
+      if (state.up) logger.info({ event: 'upstream.up' }, 'the upstream answers: ready');
+      else
+        logger.warn(
+          { event: 'upstream.down', reason: state.reason },
+          'the upstream does not answer: /readyz answers 503',
+        );
+    },
+  });
+  const upstreamChecked = probe.start();
+  const readiness = createReadiness({
+    keyStore: options.keyStore,
+    upstream: probe,
+    rateLimits: () => {
+      const state = rateLimitState();
+      return state === 'degraded' && redisReason !== undefined
+        ? { state, reason: redisReason }
+        : { state };
+    },
+  });
 
   app.use(
     requestId(),
@@ -160,7 +198,9 @@ export function createApp(options: AppOptions): GatewayApp {
     if (browser !== undefined) router.options(path, browser);
     router.all(path, methodNotAllowed(methods));
   }
+  router.get('/readyz', readiness.handler);
   router.all('/healthz', methodNotAllowed(['GET']));
+  router.all('/readyz', methodNotAllowed(['GET']));
   app.use(router);
   app.use(notFound());
   app.use(gate.errorHandler());
@@ -169,8 +209,11 @@ export function createApp(options: AppOptions): GatewayApp {
     shutdown: () => {
       gate.close();
       proxy.close();
+      void probe.close();
     },
     rateLimitState,
+    readiness,
+    upstreamChecked,
   });
 }
 

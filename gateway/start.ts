@@ -127,6 +127,8 @@ export async function startGateway(
     return lastOutcome;
   };
 
+  // `/readyz` reflects the upstream from the first request on (one probe, at most 1 s).
+  await app.upstreamChecked;
   const server = createGatewayServer(app);
   const url = await listen(server, config.host, config.port);
   const adminApp =
@@ -137,6 +139,7 @@ export async function startGateway(
           tokenSha256: config.admin.tokenSha256,
           logger,
           manager: databaseStore,
+          readiness: app.readiness,
           readOnlyReason:
             fileStore === undefined
               ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'
