@@ -113,10 +113,12 @@ export async function startGateway(
     lastReload = reload;
     lastOutcome = reload.then(
       (count) => {
+        app.metrics.keysReloaded('done');
         logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
         return true;
       },
       (error: unknown) => {
+        app.metrics.keysReloaded('failed');
         logger.error(
           { event: 'keys.reload_failed', reason: (error as Error).message },
           'keys file not reloaded; the previous keys stay in force',
@@ -140,6 +142,7 @@ export async function startGateway(
           logger,
           manager: databaseStore,
           readiness: app.readiness,
+          metrics: app.metrics,
           readOnlyReason:
             fileStore === undefined
               ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'
