@@ -32,6 +32,9 @@ COPY scripts/docker-entrypoint.sh /usr/local/bin/tollgate-entrypoint
 # keys file written on the host by any user is readable. `docker run --user` still works as is.
 ENTRYPOINT ["/usr/local/bin/tollgate-entrypoint"]
 EXPOSE 8080
+# Liveness: /healthz answers while the process serves, whatever its upstream or Redis do (a container
+# restarted for its upstream's outage would not bring the upstream back). Readiness, for load
+# balancers and `depends_on`, is /readyz: see docker-compose.yml.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
   CMD ["node", "-e", "require('http').get('http://127.0.0.1:' + (process.env.PORT || 8080) + '/healthz', (r) => process.exit(r.statusCode === 200 ? 0 : 1)).on('error', () => process.exit(1)).setTimeout(4000, () => process.exit(1))"]
 # The same image runs the stub upstream: command `node dist/gateway/stub-upstream-server.js`.

@@ -19,6 +19,8 @@ import {
   sha256,
   TollgateError,
 } from '../lib';
+import type { GatewayMetrics } from './metrics';
+import type { Readiness } from './readiness';
 
 /**
  * The admin listener (contract 13), for operators, never for API clients: the key-management
@@ -39,6 +41,10 @@ export interface AdminAppOptions {
   readonly manager?: KeyManager | undefined;
   /** Why writes are refused when there is no `manager`. */
   readonly readOnlyReason: string;
+  /** `GET /readyz`, the same answer as the main listener's. */
+  readonly readiness?: Readiness | undefined;
+  /** `GET /metrics` (no token: bind the admin listener where only operators reach it). */
+  readonly metrics?: Pick<GatewayMetrics, 'text' | 'contentType'> | undefined;
 }
 
 /** What the admin routes need of a key store that takes writes (the database store). */
@@ -79,6 +85,20 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
   app.use(requestId(), noStore, refuseMalformedRequests(), clientIp());
 
   const router = express.Router({ caseSensitive: true, strict: false });
+  if (options.readiness !== undefined) {
+    router.get('/readyz', options.readiness.handler);
+    router.all('/readyz', methodNotAllowed(['GET']));
+  }
+  const { metrics } = options;
+  if (metrics !== undefined) {
+    router.get('/metrics', (_req, res, next) => {
+      metrics.text().then((text) => {
+        res.setHeader('Content-Type', metrics.contentType);
+        res.end(text);
+      }, next);
+    });
+    router.all('/metrics', methodNotAllowed(['GET']));
+  }
   if (options.tokenSha256 !== undefined) {
     const authorised = adminToken(options.tokenSha256, failures);
     const readBody = jsonBody({ limit: '16kb' });

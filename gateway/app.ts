@@ -3,6 +3,7 @@ import {
   clientIp,
   createPathRedactor,
   DEFAULT_PUBLIC_KEY_HEADER,
+  type KeyDirectory,
   type KeyStore,
   type LimiterRedis,
   type Logger,
@@ -21,7 +22,9 @@ import {
 } from '../lib';
 import { auditDecision } from './audit';
 import { DEFAULT_LIMITS, type LimitsConfig, type TrustProxy } from './config';
+import { GatewayMetrics } from './metrics';
 import { createProxy } from './proxy';
+import { createReadiness, type Readiness, reportsStatus, UpstreamProbe } from './readiness';
 import { ID_PATTERN, type LimitScope, ROUTES, type RouteSpec } from './routes';
 
 /**
@@ -43,6 +46,8 @@ export interface AppOptions {
   trustProxy?: TrustProxy;
   publicKeyHeader?: string;
   upstreamTimeoutMs?: number;
+  /** The readiness probe of the upstream (`/readyz`). Defaults to every 500 ms, 1000 ms timeout. */
+  upstreamProbe?: { intervalMs?: number; timeoutMs?: number };
 }
 
 export type GatewayApp = Express & {
@@ -50,6 +55,12 @@ export type GatewayApp = Express & {
   shutdown(): void;
   /** What `/healthz` reports about rate-limit counters. */
   rateLimitState(): 'memory' | 'shared' | 'degraded';
+  /** What `/readyz` answers (the admin listener serves it too). */
+  readonly readiness: Readiness;
+  /** Resolves once the upstream has been probed once, so `/readyz` reflects it. */
+  readonly upstreamChecked: Promise<void>;
+  /** What `/metrics` on the admin listener shows. */
+  readonly metrics: GatewayMetrics;
 };
 
 export function createApp(options: AppOptions): GatewayApp {
@@ -74,6 +85,29 @@ export function createApp(options: AppOptions): GatewayApp {
       'a secret key was sent where it can leak; rotate it',
     );
   };
+  const scopeNames: GatewayScope[] = [
+    'payments',
+    'authenticated',
+    'checkout-create',
+    'checkout-read',
+    'payments-publishable',
+  ];
+  const { keyStore } = options;
+  const metrics = new GatewayMetrics({
+    scopes: scopeNames,
+    rateLimitState: () => rateLimitState(),
+    degradedSince: () => options.redis?.health.degradedAt,
+    keys: () => ({
+      ...(reportsStatus(keyStore) ? keyStore.state() : { status: 'ready' as const }),
+      count: keyCount(keyStore),
+    }),
+    upstream: () => probe.state,
+    ready: () => readiness.report().ready,
+  });
+  options.redis?.health.on('change', (state) => {
+    metrics.rateLimitsChanged(state, options.redis?.health.degradedAt);
+  });
+  const audit = auditDecision(logger);
   const gate = tollgate({
     keyStore: options.keyStore,
     tokens: options.tokens,
@@ -86,25 +120,65 @@ export function createApp(options: AppOptions): GatewayApp {
     } satisfies Record<GatewayScope, ScopeDefinition>,
     windowMs: limits.windowMs,
     authFailureLimit: limits.authFailures,
-    redis: options.redis,
+    redis: options.redis === undefined ? undefined : metrics.instrumentRedis(options.redis),
     redisPrefix: options.redisPrefix,
     expectedInstances: options.expectedInstances,
     publicKeyHeader,
     onSecurityEvent,
-    onDecision: auditDecision(logger),
+    onDecision: (event) => {
+      metrics.decision(event, gate.rateLimitState());
+      audit(event);
+    },
     logger,
   });
   const proxy = createProxy({
     upstreamUrl: options.upstreamUrl,
     timeoutMs: options.upstreamTimeoutMs ?? 10_000,
     publicKeyHeader,
+    onAnswer: (seconds) => {
+      metrics.upstreamAnswered(seconds);
+    },
+    onFailure: (kind) => {
+      metrics.upstreamFailed(kind);
+    },
   });
   const rateLimitState = (): 'memory' | 'shared' | 'degraded' => gate.rateLimitState();
+  let redisReason: string | undefined;
+  options.redis?.health.on('change', (state, reason) => {
+    redisReason = state === 'degraded' ? reason : undefined;
+  });
+  let upstreamUp: boolean | undefined;
+  const probe = new UpstreamProbe({
+    upstreamUrl: options.upstreamUrl,
+    intervalMs: options.upstreamProbe?.intervalMs,
+    timeoutMs: options.upstreamProbe?.timeoutMs,
+    onProbe: (state) => {
+      if (state.up === upstreamUp) return;
+      upstreamUp = state.up;
+      if (state.up) logger.info({ event: 'upstream.up' }, 'the upstream answers: ready');
+      else
+        logger.warn(
+          { event: 'upstream.down', reason: state.reason },
+          'the upstream does not answer: /readyz answers 503',
+        );
+    },
+  });
+  const upstreamChecked = probe.start();
+  const readiness = createReadiness({
+    keyStore: options.keyStore,
+    upstream: probe,
+    rateLimits: () => {
+      const state = rateLimitState();
+      return state === 'degraded' && redisReason !== undefined
+        ? { state, reason: redisReason }
+        : { state };
+    },
+  });
 
   app.use(
     requestId(),
     securityHeaders,
-    accessLog(logger, createPathRedactor({ keyStore: options.keyStore })),
+    accessLog(logger, createPathRedactor({ keyStore: options.keyStore }), metrics),
     refuseMalformedRequests(),
     clientIp(),
   );
@@ -160,7 +234,9 @@ export function createApp(options: AppOptions): GatewayApp {
     if (browser !== undefined) router.options(path, browser);
     router.all(path, methodNotAllowed(methods));
   }
+  router.get('/readyz', readiness.handler);
   router.all('/healthz', methodNotAllowed(['GET']));
+  router.all('/readyz', methodNotAllowed(['GET']));
   app.use(router);
   app.use(notFound());
   app.use(gate.errorHandler());
@@ -169,8 +245,12 @@ export function createApp(options: AppOptions): GatewayApp {
     shutdown: () => {
       gate.close();
       proxy.close();
+      void probe.close();
     },
     rateLimitState,
+    readiness,
+    upstreamChecked,
+    metrics,
   });
 }
 
@@ -213,15 +293,32 @@ const securityHeaders: RequestHandler = function securityHeadersMiddleware(_req,
   next();
 };
 
-/** One line per request: no query string, no headers, no body, so never a credential. */
-function accessLog(logger: Logger, loggablePath: (path: string) => string): RequestHandler {
+/** Keys in force, when the store can list them. */
+function keyCount(store: KeyStore): number | undefined {
+  const directory = store as Partial<KeyDirectory>;
+  return typeof directory.keyRecords === 'function' ? directory.keyRecords().length : undefined;
+}
+
+/**
+ * Counts every answer by status, and writes one line per request: no query string, no headers,
+ * no body, so never a credential.
+ */
+function accessLog(
+  logger: Logger,
+  loggablePath: (path: string) => string,
+  metrics: GatewayMetrics,
+): RequestHandler {
   return function accessLogMiddleware(req, res, next) {
     if (logger.isLevelEnabled?.('info') === false) {
+      res.once('finish', () => {
+        metrics.request(res.statusCode);
+      });
       next();
       return;
     }
     const started = process.hrtime.bigint();
     res.once('finish', () => {
+      metrics.request(res.statusCode);
       logger.info({
         event: 'http.request',
         request_id: req.requestId,

@@ -19,6 +19,10 @@ export interface ProxyOptions {
   publicKeyHeader: string;
   /** Concurrent upstream connections. Defaults to 256. */
   maxSockets?: number;
+  /** Told the time to each upstream answer's headers, in seconds (metrics). */
+  onAnswer?: (seconds: number) => void;
+  /** Told each request that got no usable answer (metrics). */
+  onFailure?: (kind: 'unavailable' | 'timeout') => void;
 }
 
 export interface Proxy {
@@ -80,6 +84,7 @@ export function createProxy(options: ProxyOptions): Proxy {
     bodyTimeout: options.timeoutMs,
     connectTimeout: Math.min(options.timeoutMs, 10_000),
   });
+  const { onAnswer, onFailure } = options;
   const stripped = new Set([...STRIPPED_REQUEST_HEADERS, options.publicKeyHeader.toLowerCase()]);
 
   const handler: RequestHandler = function proxyHandler(req, res, next) {
@@ -108,6 +113,7 @@ export function createProxy(options: ProxyOptions): Proxy {
     res.once('close', () => {
       if (!res.writableFinished) cancel.emit('abort');
     });
+    const started = process.hrtime.bigint();
     pool
       .request({
         method: req.method,
@@ -127,9 +133,11 @@ export function createProxy(options: ProxyOptions): Proxy {
           }
           if (statusCode < 100 || statusCode > 599) {
             upstreamBody.destroy();
+            onFailure?.('unavailable');
             next(new UpstreamError('unavailable'));
             return;
           }
+          onAnswer?.(Number(process.hrtime.bigint() - started) / 1e9);
           const responseHeaders: Record<string, string | string[]> = {};
           const namedByUpstream = connectionTokens(upstreamHeaders.connection);
           for (const [name, value] of Object.entries(upstreamHeaders)) {
@@ -149,7 +157,9 @@ export function createProxy(options: ProxyOptions): Proxy {
         },
         (error: unknown) => {
           if (res.destroyed) return;
-          next(new UpstreamError(isTimeout(error) ? 'timeout' : 'unavailable'));
+          const kind = isTimeout(error) ? 'timeout' : 'unavailable';
+          onFailure?.(kind);
+          next(new UpstreamError(kind));
         },
       );
   };

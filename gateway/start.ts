@@ -113,10 +113,12 @@ export async function startGateway(
     lastReload = reload;
     lastOutcome = reload.then(
       (count) => {
+        app.metrics.keysReloaded('done');
         logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
         return true;
       },
       (error: unknown) => {
+        app.metrics.keysReloaded('failed');
         logger.error(
           { event: 'keys.reload_failed', reason: (error as Error).message },
           'keys file not reloaded; the previous keys stay in force',
@@ -127,6 +129,8 @@ export async function startGateway(
     return lastOutcome;
   };
 
+  // `/readyz` reflects the upstream from the first request on (one probe, at most 1 s).
+  await app.upstreamChecked;
   const server = createGatewayServer(app);
   const url = await listen(server, config.host, config.port);
   const adminApp =
@@ -137,6 +141,8 @@ export async function startGateway(
           tokenSha256: config.admin.tokenSha256,
           logger,
           manager: databaseStore,
+          readiness: app.readiness,
+          metrics: app.metrics,
           readOnlyReason:
             fileStore === undefined
               ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'

@@ -24,6 +24,7 @@ export const ERROR_CODES = [
   'rate_limited',
   'upstream_unavailable',
   'upstream_timeout',
+  'not_ready',
   'internal_error',
 ] as const;
 
@@ -212,4 +213,12 @@ export class MisconfigurationError extends Error {
 /** Thrown at creation time for invalid options or configuration: fail fast, name the culprit. */
 export class ConfigurationError extends TypeError {
   override readonly name = 'ConfigurationError';
+}
+
+/** `GET /readyz` of the sample gateway: this instance should not be sent traffic yet (503). */
+export class NotReadyError extends TollgateError {
+  override readonly name = 'NotReadyError';
+  constructor(message: string) {
+    super(503, 'not_ready', message);
+  }
 }

@@ -1,9 +1,11 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { READINESS_PROBE_AGENT } from '../../gateway/readiness';
 
 /**
  * A real upstream on loopback that records what the gateway sends it. By default it answers
- * `200 {"ok": true, "path": …}`; `respond` changes that (delay, status, hang up).
+ * `200 {"ok": true, "path": …}`; `respond` changes that (delay, status, hang up). The gateway's
+ * readiness probes are answered 404 and not recorded.
  */
 
 export interface RecordedRequest {
@@ -57,6 +59,12 @@ export async function startRecordingUpstream(): Promise<RecordingUpstream> {
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
+      // The gateway's readiness probe (`/readyz`) is answered, never recorded: tests count what
+      // the gateway proxies.
+      if (req.headers['user-agent'] === READINESS_PROBE_AGENT) {
+        res.writeHead(404, { 'content-length': '0' }).end();
+        return;
+      }
       const recorded = {
         method: req.method ?? '',
         url: req.url ?? '',
