@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { ConfigurationError } from '../lib';
-import { runOnDatabase } from './keys-cli/database-commands';
+import { migrateDatabase, runOnDatabase } from './keys-cli/database-commands';
 import { runOnFile } from './keys-cli/file-commands';
 import { isCommand, parse, USAGE } from './keys-cli/options';
 import { databaseFromEnv, scrub, targetOf } from './keys-cli/target';
@@ -29,6 +29,7 @@ async function main(argv: string[]): Promise<void> {
   }
   const target = targetOf(command, values, process.env);
   if (target.kind === 'file') runOnFile(command, values, target.file);
+  else if (command === 'migrate') await migrateDatabase(target.url, target.shown);
   else await runOnDatabase(command, values, target.url, target.shown);
 }
 

@@ -28,7 +28,7 @@ import {
 
 type Verb = (store: PgKeyStore, options: Options, where: string) => Promise<void>;
 
-const VERBS: Record<CommandName, Verb> = {
+const VERBS: Record<Exclude<CommandName, 'migrate'>, Verb> = {
   list,
   create,
   roll,
@@ -42,7 +42,7 @@ const VERBS: Record<CommandName, Verb> = {
 const APPLIED = 'Every gateway on this database applies it within 1 s.';
 
 export async function runOnDatabase(
-  command: CommandName,
+  command: Exclude<CommandName, 'migrate'>,
   options: Options,
   url: string,
   shown: string,
@@ -76,6 +76,25 @@ export async function runOnDatabase(
   } finally {
     await store.close().catch(() => undefined);
   }
+}
+
+/** `migrate`: what `npm run migrate` does, for users of the installed package. */
+export async function migrateDatabase(url: string, shown: string): Promise<void> {
+  let result: Awaited<ReturnType<typeof PgKeyStore.migrate>>;
+  try {
+    result = await PgKeyStore.migrate(url);
+  } catch (error) {
+    throw new ConfigurationError(
+      `migrate failed on the database ${shown}: ${describeDatabaseFault(error)}`,
+    );
+  }
+  console.log(
+    result.applied.length === 0
+      ? `the database ${shown} is at schema version ${result.to}: nothing to do`
+      : `the database ${shown}: schema version ${result.from} -> ${result.to} (${result.applied
+          .map((migration) => `${String(migration.version).padStart(3, '0')}_${migration.name}`)
+          .join(', ')})`,
+  );
 }
 
 async function list(store: PgKeyStore): Promise<void> {

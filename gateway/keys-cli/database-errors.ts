@@ -13,7 +13,7 @@ interface PgFault {
 
 export function describeDatabaseFault(error: unknown): string {
   if (error instanceof ConfigurationError) {
-    // The schema check's message (`… run the migrations first (npm run migrate)`).
+    // The schema check's message (`… run the migrations first (tollgate-keys migrate, …)`).
     return /schema version \d+, this build needs/.test(error.message)
       ? `${error.message}; with docker compose: docker compose --profile postgres run --rm migrate`
       : error.message;

@@ -42,7 +42,7 @@ interface KeysDocument {
 type Account = KeysDocument['accounts'][number];
 type Verb = (document: KeysDocument, options: Options, file: string) => void;
 
-const VERBS: Record<Exclude<CommandName, 'import' | 'export'>, Verb> = {
+const VERBS: Record<Exclude<CommandName, 'import' | 'export' | 'migrate'>, Verb> = {
   list,
   create,
   roll,
@@ -52,7 +52,7 @@ const VERBS: Record<Exclude<CommandName, 'import' | 'export'>, Verb> = {
 };
 
 export function runOnFile(command: CommandName, options: Options, file: string): void {
-  if (command === 'import' || command === 'export') {
+  if (command === 'import' || command === 'export' || command === 'migrate') {
     throw new ConfigurationError(`${command} works on a database only`);
   }
   VERBS[command](readDocument(file), options, file);

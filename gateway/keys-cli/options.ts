@@ -12,9 +12,10 @@ export const USAGE = `usage: tollgate-keys <command> [--file keys.json | --datab
   set-whitelist --account <id> --entries <a,b,...> | --none
   import --file <keys.json>                        a keys file into the database, all or nothing
   export [--out <keys.json>]                       the database as a keys file (digests only), to stdout or --out
+  migrate                                          applies the SQL migrations the database lacks (safe to repeat)
 Where the keys live: --file <path> or --database-url <url>. Without either: $TOLLGATE_DATABASE_URL
 if set, else $TOLLGATE_KEYS_FILE, else ./keys.json; both options, or both variables, are refused.
-import and export always work on the database (import reads the keys file given by --file).
+import, export and migrate always work on the database (import reads the keys file given by --file).
 A keys file: send SIGHUP to the gateway (or restart it) to load the change. The database: every
 gateway on it applies the change within 1 s.`;
 
@@ -27,6 +28,7 @@ export const COMMAND_NAMES = [
   'set-whitelist',
   'import',
   'export',
+  'migrate',
 ] as const;
 export type CommandName = (typeof COMMAND_NAMES)[number];
 

@@ -44,11 +44,14 @@ export function databaseFromEnv(env: Env): { url: string; source: string } | und
 
 export function targetOf(command: CommandName, options: Options, env: Env): Target {
   const option = options['database-url'];
-  if (command === 'import' || command === 'export') {
+  if (command === 'import' || command === 'export' || command === 'migrate') {
     if (command === 'export' && options.file !== undefined) {
       throw new ConfigurationError(
         'export writes the database to stdout or to --out <path>; --file is for import',
       );
+    }
+    if (command === 'migrate' && options.file !== undefined) {
+      throw new ConfigurationError('migrate works on a database only; --file is for import');
     }
     if (option !== undefined) return database(option, '--database-url');
     const fromEnv = databaseFromEnv(env);

@@ -68,7 +68,7 @@ export async function assertMigrated(client: Pick<ClientBase, 'query'> | Pool): 
   const version = await schemaVersion(client);
   if (version < SCHEMA_VERSION) {
     throw new ConfigurationError(
-      `the database is at schema version ${version}, this build needs ${SCHEMA_VERSION}: run the migrations first (npm run migrate)`,
+      `the database is at schema version ${version}, this build needs ${SCHEMA_VERSION}: run the migrations first (tollgate-keys migrate, or npm run migrate in a checkout)`,
     );
   }
   if (version > SCHEMA_VERSION) {
