@@ -35,7 +35,7 @@ function limited(result: CaseResult, ctx: CaseContext): void {
   expect(result.headers.ratelimit).toEqual(expect.any(String));
   expect(result.headers['ratelimit-policy']).toEqual(expect.any(String));
   expect(auditEvents(ctx.gateway, String(result.headers['x-request-id']))).toEqual([
-    expect.objectContaining({ outcome: 'denied', reason: 'rate_limited', status: 429 }),
+    expect.objectContaining({ outcome: 'limited', reason: 'rate_limited', status: 429 }),
   ]);
 }
 
