@@ -98,8 +98,19 @@ function decisionFields({ event, rateLimits }: Folded): Record<string, unknown> 
   };
   let outcome: DecisionOutcome;
   if (decision.allowed) {
-    outcome = 'allowed';
     fields.role = decision.auth.role;
+    const findings = decision.shadow;
+    if (findings === undefined) outcome = 'allowed';
+    else {
+      // Shadow mode: what would have refused it, and why it passed.
+      outcome = 'would_refuse';
+      fields.reason = findings[0]?.error.code;
+      fields.shadow = findings.map((finding) => ({
+        rule: finding.rule,
+        ...(finding.scope === undefined ? {} : { scope: finding.scope }),
+        code: finding.error.code,
+      }));
+    }
   } else {
     outcome = decision.error.code === 'rate_limited' ? 'limited' : 'refused';
     fields.reason = decision.error.code;

@@ -21,7 +21,7 @@ import {
   tollgate,
 } from '../lib';
 import { createAccessLog } from './access-log';
-import { DEFAULT_LIMITS, type LimitsConfig, type TrustProxy } from './config';
+import { DEFAULT_LIMITS, type LimitsConfig, type ShadowConfig, type TrustProxy } from './config';
 import { GatewayMetrics } from './metrics';
 import { createProxy } from './proxy';
 import { createReadiness, type Readiness, reportsStatus, UpstreamProbe } from './readiness';
@@ -46,6 +46,8 @@ export interface AppOptions {
   trustProxy?: TrustProxy;
   publicKeyHeader?: string;
   upstreamTimeoutMs?: number;
+  /** Limit scopes and accounts' IP whitelists tried in shadow mode (never enforced). */
+  shadow?: ShadowConfig;
   /** The readiness probe of the upstream (`/readyz`). Defaults to every 500 ms, 1000 ms timeout. */
   upstreamProbe?: { intervalMs?: number; timeoutMs?: number };
 }
@@ -129,6 +131,7 @@ export function createApp(options: AppOptions): GatewayApp {
     expectedInstances: options.expectedInstances,
     publicKeyHeader,
     onSecurityEvent,
+    shadow: options.shadow,
     onDecision: (event) => {
       const rateLimits = gate.rateLimitState();
       metrics.decision(event, rateLimits);

@@ -102,6 +102,7 @@ export async function startGateway(
     trustProxy: config.trustProxy,
     publicKeyHeader: config.publicKeyHeader,
     upstreamTimeoutMs: config.upstreamTimeoutMs,
+    shadow: config.shadow,
   });
 
   // Coalesced reloads share one promise: log each reload once, not once per SIGHUP.
