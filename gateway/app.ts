@@ -20,8 +20,8 @@ import {
   type TokenService,
   tollgate,
 } from '../lib';
-import { auditDecision } from './audit';
-import { DEFAULT_LIMITS, type LimitsConfig, type TrustProxy } from './config';
+import { createAccessLog } from './access-log';
+import { DEFAULT_LIMITS, type LimitsConfig, type ShadowConfig, type TrustProxy } from './config';
 import { GatewayMetrics } from './metrics';
 import { createProxy } from './proxy';
 import { createReadiness, type Readiness, reportsStatus, UpstreamProbe } from './readiness';
@@ -46,6 +46,8 @@ export interface AppOptions {
   trustProxy?: TrustProxy;
   publicKeyHeader?: string;
   upstreamTimeoutMs?: number;
+  /** Limit scopes and accounts' IP whitelists tried in shadow mode (never enforced). */
+  shadow?: ShadowConfig;
   /** The readiness probe of the upstream (`/readyz`). Defaults to every 500 ms, 1000 ms timeout. */
   upstreamProbe?: { intervalMs?: number; timeoutMs?: number };
 }
@@ -107,7 +109,11 @@ export function createApp(options: AppOptions): GatewayApp {
   options.redis?.health.on('change', (state) => {
     metrics.rateLimitsChanged(state, options.redis?.health.degradedAt);
   });
-  const audit = auditDecision(logger);
+  const accessLog = createAccessLog({
+    logger,
+    loggablePath: createPathRedactor({ keyStore: options.keyStore }),
+    metrics,
+  });
   const gate = tollgate({
     keyStore: options.keyStore,
     tokens: options.tokens,
@@ -125,9 +131,11 @@ export function createApp(options: AppOptions): GatewayApp {
     expectedInstances: options.expectedInstances,
     publicKeyHeader,
     onSecurityEvent,
+    shadow: options.shadow,
     onDecision: (event) => {
-      metrics.decision(event, gate.rateLimitState());
-      audit(event);
+      const rateLimits = gate.rateLimitState();
+      metrics.decision(event, rateLimits);
+      accessLog.observe(event, rateLimits);
     },
     logger,
   });
@@ -178,7 +186,7 @@ export function createApp(options: AppOptions): GatewayApp {
   app.use(
     requestId(),
     securityHeaders,
-    accessLog(logger, createPathRedactor({ keyStore: options.keyStore }), metrics),
+    accessLog.middleware,
     refuseMalformedRequests(),
     clientIp(),
   );
@@ -297,40 +305,4 @@ const securityHeaders: RequestHandler = function securityHeadersMiddleware(_req,
 function keyCount(store: KeyStore): number | undefined {
   const directory = store as Partial<KeyDirectory>;
   return typeof directory.keyRecords === 'function' ? directory.keyRecords().length : undefined;
-}
-
-/**
- * Counts every answer by status, and writes one line per request: no query string, no headers,
- * no body, so never a credential.
- */
-function accessLog(
-  logger: Logger,
-  loggablePath: (path: string) => string,
-  metrics: GatewayMetrics,
-): RequestHandler {
-  return function accessLogMiddleware(req, res, next) {
-    if (logger.isLevelEnabled?.('info') === false) {
-      res.once('finish', () => {
-        metrics.request(res.statusCode);
-      });
-      next();
-      return;
-    }
-    const started = process.hrtime.bigint();
-    res.once('finish', () => {
-      metrics.request(res.statusCode);
-      logger.info({
-        event: 'http.request',
-        request_id: req.requestId,
-        method: req.method,
-        path: loggablePath(req.path),
-        status: res.statusCode,
-        duration_ms: Number(process.hrtime.bigint() - started) / 1e6,
-        client_ip: req.clientIp,
-        account_id: req.auth?.accountId,
-        key_id: req.auth?.keyId,
-      });
-    });
-    next();
-  };
 }

@@ -60,7 +60,26 @@ export interface GatewayConfig {
   readonly limits: LimitsConfig;
   /** The admin listener (contract 13); `undefined`: none. */
   readonly admin: AdminConfig | undefined;
+  /** Rules tried in shadow mode: decided, logged and counted, never enforced. */
+  readonly shadow: ShadowConfig;
 }
+
+export interface ShadowConfig {
+  /** `TOLLGATE_SHADOW_SCOPES`: limit scopes counted but not enforced. */
+  readonly scopes: readonly ShadowableScope[];
+  /** `TOLLGATE_SHADOW_IP_WHITELISTS`: accounts whose IP whitelist is checked but not enforced. */
+  readonly ipWhitelistAccounts: readonly string[];
+}
+
+/** The gateway's limit scopes (README, "Rate limits"); the failed-authentication budget is not one. */
+export const SHADOWABLE_SCOPES = [
+  'payments',
+  'authenticated',
+  'checkout-create',
+  'checkout-read',
+  'payments-publishable',
+] as const;
+export type ShadowableScope = (typeof SHADOWABLE_SCOPES)[number];
 
 export interface AdminConfig {
   readonly port: number;
@@ -152,7 +171,44 @@ export function loadConfig(env: Env): GatewayConfig {
     expectedInstances: integer(env, 'TOLLGATE_EXPECTED_INSTANCES', 1, 1, 1000),
     limits,
     admin: admin(env),
+    shadow: shadow(env),
   };
+}
+
+const ACCOUNT_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
+
+/** Comma-separated lists; duplicates and unknown names are errors, never ignored. */
+function shadow(env: Env): ShadowConfig {
+  const list = (name: string): string[] => {
+    const value = optional(env, name);
+    if (value === undefined) return [];
+    const entries = value.split(',').map((entry) => entry.trim());
+    const seen = new Set<string>();
+    for (const entry of entries) {
+      if (seen.has(entry)) fail(name, `names ${JSON.stringify(entry)} twice`);
+      seen.add(entry);
+    }
+    return entries;
+  };
+  const scopes = list('TOLLGATE_SHADOW_SCOPES');
+  for (const scope of scopes) {
+    if (!(SHADOWABLE_SCOPES as readonly string[]).includes(scope)) {
+      fail(
+        'TOLLGATE_SHADOW_SCOPES',
+        `entry ${JSON.stringify(scope)} is not a limit scope; one of ${SHADOWABLE_SCOPES.join(', ')} (credentials, roles and the failed-authentication limit are always enforced)`,
+      );
+    }
+  }
+  const accounts = list('TOLLGATE_SHADOW_IP_WHITELISTS');
+  for (const account of accounts) {
+    if (!ACCOUNT_ID_PATTERN.test(account)) {
+      fail(
+        'TOLLGATE_SHADOW_IP_WHITELISTS',
+        `entry ${JSON.stringify(account)} is not an account id`,
+      );
+    }
+  }
+  return { scopes: scopes as ShadowableScope[], ipWhitelistAccounts: accounts };
 }
 
 function fail(variable: string, problem: string): never {

@@ -244,8 +244,9 @@ export class GatewayMetrics {
     let outcome: DecisionOutcome;
     let code: string;
     if (decision.allowed) {
-      outcome = 'allowed';
-      code = 'none';
+      const finding = decision.shadow?.[0];
+      outcome = finding === undefined ? 'allowed' : 'would_refuse';
+      code = finding === undefined ? 'none' : finding.error.code;
     } else {
       code = decision.error.code;
       outcome = code === 'rate_limited' ? 'limited' : 'refused';

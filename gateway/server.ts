@@ -13,7 +13,8 @@ async function main(): Promise<void> {
   const logger = createLogger(config.logLevel);
   const gateway = await startGateway(config, {
     logger,
-    print: (text) => process.stdout.write(`${text}\n`),
+    // The demo credentials go to stderr, apart from the JSON log stream on stdout.
+    print: (text) => process.stderr.write(`${text}\n`),
   });
 
   process.on('SIGHUP', () => {

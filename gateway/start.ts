@@ -51,14 +51,14 @@ export async function startGateway(
   let keyStore: KeyStore & KeyDirectory;
   let fileStore: FileKeyStore | undefined;
   let databaseStore: PgKeyStore | undefined;
+  let demo: ReturnType<typeof createDemoKeys> | undefined;
   if (config.databaseUrl !== undefined) {
     // Refuses to start (a ConfigurationError, one line) unless the database is migrated.
     databaseStore = await PgKeyStore.open({ connectionString: config.databaseUrl, logger });
     keyStore = databaseStore;
   } else if (config.keysFile === undefined) {
-    const demo = createDemoKeys();
+    demo = createDemoKeys();
     keyStore = demo.ring;
-    options.print(formatDemoCredentials(demo.credentials));
   } else {
     fileStore = await FileKeyStore.load(config.keysFile);
     keyStore = fileStore;
@@ -102,6 +102,7 @@ export async function startGateway(
     trustProxy: config.trustProxy,
     publicKeyHeader: config.publicKeyHeader,
     upstreamTimeoutMs: config.upstreamTimeoutMs,
+    shadow: config.shadow,
   });
 
   // Coalesced reloads share one promise: log each reload once, not once per SIGHUP.
@@ -168,6 +169,8 @@ export async function startGateway(
       `Tollgate admin listener on ${adminUrl}`,
     );
   }
+  // Printed once the gateway listens (a gateway that failed to start prints no keys).
+  if (demo !== undefined) options.print(formatDemoCredentials(demo.credentials));
   logger.info(
     {
       event: 'gateway.started',

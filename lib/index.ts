@@ -23,6 +23,8 @@ export {
   type Decision,
   type DecisionEvent,
   type Scopes,
+  type ShadowFinding,
+  type ShadowOptions,
 } from './core/gate';
 export type { RequestFacts } from './core/facts';
 export { IDENTITY_HEADERS, identityHeaders, type IdentityHeader } from './core/identity';

@@ -29,7 +29,9 @@ import { type HeaderPair, ScopeCounter, type ScopeDefinition } from './limits';
  * 3. the credential, against the key store as it is now (revocations and role changes apply to
  *    tokens already issued);
  * 4. the account's IP whitelist (a refusal counts against the budget), then the route's role;
- * 5. the limits: a publishable key's per-IP cap first (contract 8), then the route's scope.
+ * 5. the limits: a publishable key's per-IP cap first (contract 8), then the route's scope;
+ * 6. shadow mode: a limit scope or an account's whitelist in shadow adds a finding to an allowed
+ *    decision instead of refusing (never credentials, roles or the failed-authentication budget).
  *
  * A refusal is a decision, not an exception: `decide()` rejects only on a fault (a key store that
  * throws), which a door reports as `500 internal_error`.
@@ -62,6 +64,29 @@ export interface GateOptions<S extends Scopes = Scopes> {
   readonly onSecurityEvent?: ((event: SecurityEvent, facts: RequestFacts) => void) | undefined;
   /** Every decision, allowed or refused, for audit logs and metrics. */
   readonly onDecision?: ((event: DecisionEvent) => void) | undefined;
+  /**
+   * Rules tried before they are enforced: a request they would refuse passes, and its decision
+   * carries a `ShadowFinding` (log it, count it as `would_refuse`). Only limit scopes and accounts'
+   * IP whitelists can be in shadow: credentials, roles and the failed-authentication budget are
+   * always enforced. Defaults to none.
+   */
+  readonly shadow?: ShadowOptions | undefined;
+}
+
+export interface ShadowOptions {
+  /** Scopes whose limit is counted but not enforced (their `RateLimit` headers are not sent). */
+  readonly scopes?: readonly string[] | undefined;
+  /** Accounts whose IP whitelist is checked but not enforced. */
+  readonly ipWhitelistAccounts?: readonly string[] | undefined;
+}
+
+/** A rule in shadow mode that would have refused the request. */
+export interface ShadowFinding {
+  readonly rule: 'limit' | 'ip_whitelist';
+  /** The scope, for `limit`. */
+  readonly scope?: string | undefined;
+  /** The refusal that was not given. */
+  readonly error: TollgateError;
 }
 
 /** What a route requires. `limit` names one of the gate's scopes. */
@@ -106,6 +131,8 @@ export type Decision =
       readonly allowed: true;
       readonly auth: AuthContext;
       readonly headers: readonly HeaderPair[];
+      /** Rules in shadow mode that would have refused it; absent when none. */
+      readonly shadow?: readonly ShadowFinding[] | undefined;
     }
   | {
       readonly allowed: false;
@@ -184,6 +211,15 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
     prefix,
     expectedInstances,
   });
+  const shadowScopes = new Set(options.shadow?.scopes ?? []);
+  for (const name of shadowScopes) {
+    if (!scopes.has(name)) {
+      throw new ConfigurationError(
+        `tollgate: shadow.scopes: unknown scope ${JSON.stringify(name)}; declared: ${[...scopes.keys()].join(', ') || 'none'}`,
+      );
+    }
+  }
+  const shadowWhitelists: ReadonlySet<string> = new Set(options.shadow?.ipWhitelistAccounts ?? []);
   const { keyStore, tokens } = options;
   const onSecurityEvent = options.onSecurityEvent;
   const onDecision = options.onDecision;
@@ -256,8 +292,13 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       );
     });
 
-  /** Step 4. */
-  const authorise = (facts: RequestFacts, compiled: CompiledPolicy, auth: AuthContext): void => {
+  /** Step 4; a whitelist in shadow mode adds a finding instead of refusing. */
+  const authorise = (
+    facts: RequestFacts,
+    compiled: CompiledPolicy,
+    auth: AuthContext,
+    findings: ShadowFinding[],
+  ): void => {
     if (
       compiled.whitelist &&
       WHITELISTED_CREDENTIALS.has(auth.credential) &&
@@ -265,8 +306,12 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       !auth.ipWhitelist.allows(facts.clientIp)
     ) {
       const refusal = new IpNotWhitelistedError();
-      authFailures.record(facts, refusal);
-      throw refusal;
+      if (shadowWhitelists.has(auth.accountId)) {
+        findings.push({ rule: 'ip_whitelist', error: refusal });
+      } else {
+        authFailures.record(facts, refusal);
+        throw refusal;
+      }
     }
     if (
       compiled.minimumRank !== undefined &&
@@ -283,11 +328,12 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
     headers: HeaderPair[],
   ): Promise<Decision> => {
     let auth: AuthContext | undefined;
+    const findings: ShadowFinding[] = [];
     try {
       // Step 1: a credential in the query string is refused (and reported when it is a known key).
       refuseCredentialsInQuery(facts, keyStore, onSecurityEvent);
       auth = await authenticate(facts, compiled);
-      authorise(facts, compiled, auth);
+      authorise(facts, compiled, auth, findings);
       // Step 5: the per-IP cap of publishable keys first, so its refusal spends nothing of the account's.
       const scopesMet =
         auth.credential === 'publishable' && compiled.publishableScope !== undefined
@@ -295,10 +341,19 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
           : [compiled.scope];
       for (const scope of scopesMet) {
         const admission = await scope.admit(auth, facts.clientIp);
+        if (shadowScopes.has(scope.name)) {
+          // Counted as if enforced, so the counts are right the day it is; nothing sent.
+          if (admission.error !== undefined) {
+            findings.push({ rule: 'limit', scope: scope.name, error: admission.error });
+          }
+          continue;
+        }
         headers.push(...admission.headers);
         if (admission.error !== undefined) throw admission.error;
       }
-      return { allowed: true, auth, headers };
+      return findings.length === 0
+        ? { allowed: true, auth, headers }
+        : { allowed: true, auth, headers, shadow: findings };
     } catch (error) {
       if (!isRefusal(error)) throw error;
       return { allowed: false, error, auth, headers };

@@ -98,6 +98,7 @@ const OPTION_NAMES: ReadonlySet<string> = new Set([
   'refuseSecretKeysFromBrowsers',
   'onSecurityEvent',
   'onDecision',
+  'shadow',
   'logger',
 ]);
 

@@ -4,7 +4,12 @@ import { TokenService } from '../../lib/tokens/tokens';
 import type { LimiterRedis } from '../../lib/rate-limit/window';
 import { createApp, type GatewayApp } from '../../gateway/app';
 import { createGatewayServer } from '../../gateway/http-server';
-import { DEFAULT_LIMITS, type LimitsConfig, type TrustProxy } from '../../gateway/config';
+import {
+  DEFAULT_LIMITS,
+  type LimitsConfig,
+  type ShadowConfig,
+  type TrustProxy,
+} from '../../gateway/config';
 import { createFixtures, type Fixtures, TOKEN_SECRET } from './fixtures';
 import { captureLogs, type CapturedLogs } from './logs';
 import { startRecordingUpstream, type RecordingUpstream } from './upstream';
@@ -30,6 +35,8 @@ export interface TestGatewayOptions {
   expectedInstances?: number;
   /** Keys to serve; defaults to fresh fixtures. Two gateways given the same fixtures share keys. */
   fixtures?: Fixtures;
+  /** Rules in shadow mode. */
+  shadow?: ShadowConfig;
 }
 
 export interface TestGateway {
@@ -85,6 +92,7 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
     upstreamTimeoutMs: options.upstreamTimeoutMs ?? 2000,
     publicKeyHeader: options.publicKeyHeader,
     expectedInstances: options.expectedInstances,
+    shadow: options.shadow,
   });
   const host = options.host ?? '127.0.0.1';
   // The server `npm start` runs (Host optional, JSON parser errors), on an ephemeral port.

@@ -81,13 +81,17 @@ describe('the gateway process (dist/gateway/server.js)', () => {
   it('without a keys file, prints demo credentials once, and they work', async () => {
     const { gateway, port } = await start({});
     const block = /^\s+(\S+)\s+key id (\S+)\n\s+publishable (\S+)\n\s+secret\s+(\S+)$/gm;
-    const printed = [...gateway.stdout.matchAll(block)].map((match) => ({
+    // On stderr, apart from the JSON lines of stdout.
+    const printed = [...gateway.stderr.matchAll(block)].map((match) => ({
       role: match[1] ?? '',
       publishableKey: match[3] ?? '',
       secretKey: match[4] ?? '',
     }));
     expect(printed.map((entry) => entry.role)).toEqual([...ROLES]);
-    expect(occurrences(gateway.stdout, 'Demo account')).toBe(1);
+    expect(occurrences(gateway.stderr, 'Demo account')).toBe(1);
+    expect(
+      gateway.stdout.split('\n').filter((line) => line !== '' && !line.startsWith('{')),
+    ).toEqual([]);
 
     const admin = printed.find((entry) => entry.role === 'administrator');
     const level1 = printed.find((entry) => entry.role === 'level-1');

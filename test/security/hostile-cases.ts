@@ -259,11 +259,17 @@ export function bearer(value: string): Record<string, string> {
   return { authorization: `Bearer ${value}` };
 }
 
-/** The audit events (`auth.decision`) logged for one request id. */
+/**
+ * The decisions logged for one request id: its access line (`http.request`) when the gate decided
+ * (it then carries `outcome`).
+ */
 export function auditEvents(gateway: TestGateway, requestId: string): Record<string, unknown>[] {
   return gateway.logs
     .entries()
-    .filter((entry) => entry.event === 'auth.decision' && entry.request_id === requestId);
+    .filter(
+      (entry) =>
+        entry.event === 'http.request' && entry.request_id === requestId && 'outcome' in entry,
+    );
 }
 
 /** Security events (`security.*`) logged for one request id. */

@@ -37,7 +37,7 @@ function limited(result: CaseResult, ctx: CaseContext): void {
   expect(result.headers.ratelimit).toMatch(new RegExp(`^"${scope}"; r=0; t=\\d+$`));
   expect(result.headers['ratelimit-policy']).toMatch(new RegExp(`^"${scope}"; q=\\d+; w=\\d+`));
   expect(auditEvents(ctx.gateway, String(result.headers['x-request-id']))).toEqual([
-    expect.objectContaining({ outcome: 'denied', reason: 'rate_limited', status: 429 }),
+    expect.objectContaining({ outcome: 'limited', reason: 'rate_limited', status: 429 }),
   ]);
 }
 

@@ -13,10 +13,10 @@ import {
 } from './hostile-cases';
 
 /**
- * What is logged: exactly one audit event (`auth.decision`) per authentication or authorisation
- * decision, with outcome, reason, key id, account, client IP, route, request id and an ISO UTC
- * time; none for requests refused before any decision; credentials in query strings refused and
- * never logged; secrets pasted into paths redacted from the access log.
+ * What is logged: exactly one access line (`http.request`) per request, with the decision folded
+ * in for every authentication or authorisation decision: outcome, reason, key id, account, client
+ * IP, route, request id and an ISO UTC time; no decision for requests refused before any; credentials
+ * in query strings refused and never logged; secrets pasted into paths redacted from the access log.
  */
 
 const WALLETS = '/api/v1/wallets/';
@@ -34,7 +34,7 @@ const audited =
     expect(events).toHaveLength(1);
     const event = events[0] ?? {};
     expect(event).toMatchObject({
-      event: 'auth.decision',
+      event: 'http.request',
       request_id: requestId,
       client_ip: '127.0.0.1',
       ...expected,
@@ -131,26 +131,26 @@ const decisions: HostileCase[] = [
     then: audited({ outcome: 'allowed', route: 'HEAD /api/v1/wallets/' }),
   },
   {
-    name: 'missing credentials: one "denied" event with the reason and no key',
+    name: 'missing credentials: one "refused" line with the reason and no key',
     request: () => ({ path: WALLETS }),
     status: 401,
     code: 'missing_credentials',
     upstream: false,
     then: audited(
-      { outcome: 'denied', reason: 'missing_credentials', status: 401 },
+      { outcome: 'refused', reason: 'missing_credentials', status: 401 },
       UNAUTHENTICATED,
     ),
   },
   {
-    name: 'an unknown secret key: one "denied" event, invalid_api_key',
+    name: 'an unknown secret key: one "refused" line, invalid_api_key',
     request: () => ({ path: WALLETS, headers: bearer('sk_test_unknown_0123456789abcdef') }),
     status: 401,
     code: 'invalid_api_key',
     upstream: false,
-    then: audited({ outcome: 'denied', reason: 'invalid_api_key' }, UNAUTHENTICATED),
+    then: audited({ outcome: 'refused', reason: 'invalid_api_key' }, UNAUTHENTICATED),
   },
   {
-    name: 'an expired token: one "denied" event, expired_token',
+    name: 'an expired token: one "refused" line, expired_token',
     request: (ctx) => {
       const iat = Math.floor(Date.now() / 1000) - EXPIRED_AGO_SECONDS;
       return { path: WALLETS, headers: bearer(ctx.sign({ ...ctx.claims(), iat, exp: iat + 60 })) };
@@ -158,10 +158,10 @@ const decisions: HostileCase[] = [
     status: 401,
     code: 'expired_token',
     upstream: false,
-    then: audited({ outcome: 'denied', reason: 'expired_token' }, UNAUTHENTICATED),
+    then: audited({ outcome: 'refused', reason: 'expired_token' }, UNAUTHENTICATED),
   },
   {
-    name: 'a wrong key pair: one "denied" event on the exchange route',
+    name: 'a wrong key pair: one "refused" line on the exchange route',
     request: ({ keys }) => ({
       method: 'POST',
       path: EXCHANGE,
@@ -171,12 +171,12 @@ const decisions: HostileCase[] = [
     code: 'invalid_credentials',
     upstream: false,
     then: audited(
-      { outcome: 'denied', reason: 'invalid_credentials', route: `POST ${EXCHANGE}` },
+      { outcome: 'refused', reason: 'invalid_credentials', route: `POST ${EXCHANGE}` },
       UNAUTHENTICATED,
     ),
   },
   {
-    name: 'a publishable key on a secret-key route: one "denied" event, credential_not_allowed',
+    name: 'a publishable key on a secret-key route: one "refused" line, credential_not_allowed',
     request: ({ keys }) => ({
       path: WALLETS,
       headers: { 'x-service-public-api-key': keys.admin.publishableKey },
@@ -184,10 +184,10 @@ const decisions: HostileCase[] = [
     status: 401,
     code: 'credential_not_allowed',
     upstream: false,
-    then: audited({ outcome: 'denied', reason: 'credential_not_allowed' }),
+    then: audited({ outcome: 'refused', reason: 'credential_not_allowed' }),
   },
   {
-    name: 'a role below the minimum: one "denied" event naming the key that asked',
+    name: 'a role below the minimum: one "refused" line naming the key that asked',
     request: ({ keys }) => ({
       method: 'POST',
       path: '/api/v1/payouts/',
@@ -197,7 +197,7 @@ const decisions: HostileCase[] = [
     code: 'insufficient_role',
     upstream: false,
     then: audited({
-      outcome: 'denied',
+      outcome: 'refused',
       reason: 'insufficient_role',
       status: 403,
       key_id: 'key_l1',
@@ -205,20 +205,20 @@ const decisions: HostileCase[] = [
     }),
   },
   {
-    name: 'an address outside the whitelist: one "denied" event naming the key',
+    name: 'an address outside the whitelist: one "refused" line naming the key',
     request: ({ keys }) => ({ path: WALLETS, headers: bearer(keys.walled.secretKey) }),
     status: 403,
     code: 'ip_not_whitelisted',
     upstream: false,
     then: audited({
-      outcome: 'denied',
+      outcome: 'refused',
       reason: 'ip_not_whitelisted',
       key_id: 'key_walled',
       account_id: 'acct_walled',
     }),
   },
   {
-    name: 'a secret key from a browser: one "denied" event besides the leaked-key event',
+    name: 'a secret key from a browser: one "refused" line besides the leaked-key event',
     request: ({ keys }) => ({
       path: WALLETS,
       headers: { ...bearer(keys.admin.secretKey), origin: 'https://shop.example' },
@@ -227,7 +227,7 @@ const decisions: HostileCase[] = [
     code: 'credential_not_allowed',
     upstream: false,
     then: async (result, ctx) => {
-      await audited({ outcome: 'denied', reason: 'credential_not_allowed' })?.(result, ctx);
+      await audited({ outcome: 'refused', reason: 'credential_not_allowed' })?.(result, ctx);
       expect(securityEvents(ctx.gateway, String(result.headers['x-request-id']))).toHaveLength(1);
     },
   },
@@ -366,7 +366,7 @@ describeHostileCases('credentials in the query string', queryCredentials, UNTHRO
 const LIMITS = { authFailures: 1, authenticated: 1 } as const;
 const throttled: HostileCase[] = [
   {
-    name: 'a 429 from the account limit: one "denied" event, rate_limited, naming the key',
+    name: 'a 429 from the account limit: one "refused" line, rate_limited, naming the key',
     prepare: async (ctx) => {
       await ctx.gateway.send({
         path: '/api/v1/transactions/',
@@ -380,10 +380,10 @@ const throttled: HostileCase[] = [
     status: 429,
     code: 'rate_limited',
     upstream: false,
-    then: audited({ outcome: 'denied', reason: 'rate_limited', status: 429, key_id: 'key_l1' }),
+    then: audited({ outcome: 'limited', reason: 'rate_limited', status: 429, key_id: 'key_l1' }),
   },
   {
-    name: 'a 429 from the failed-authentication limit: one "denied" event, rate_limited',
+    name: 'a 429 from the failed-authentication limit: one "refused" line, rate_limited',
     prepare: async (ctx) => {
       await ctx.gateway.send({ path: WALLETS, headers: bearer('sk_test_guess_0123456789abcdef') });
     },
@@ -391,10 +391,10 @@ const throttled: HostileCase[] = [
     status: 429,
     code: 'rate_limited',
     upstream: false,
-    then: audited({ outcome: 'denied', reason: 'rate_limited' }, UNAUTHENTICATED),
+    then: audited({ outcome: 'limited', reason: 'rate_limited' }, UNAUTHENTICATED),
   },
   {
-    name: 'a 429 on the token exchange: one "denied" event on the exchange route',
+    name: 'a 429 on the token exchange: one "refused" line on the exchange route',
     prepare: async (ctx) => {
       await ctx.gateway.send({
         method: 'POST',
@@ -411,7 +411,7 @@ const throttled: HostileCase[] = [
     code: 'rate_limited',
     upstream: false,
     then: audited({
-      outcome: 'denied',
+      outcome: 'limited',
       reason: 'rate_limited',
       route: `POST ${EXCHANGE}`,
       key_id: 'key_admin',
