@@ -265,7 +265,7 @@ describeWithPostgres('PostgreSQL key store', () => {
           }))
           .sort((a, b) => a.id.localeCompare(b.id));
       expect(shape(again)).toEqual(shape(original));
-      expect(store.keyRecords()).toHaveLength(original.length);
+      expect([...store.keyRecords()]).toHaveLength(original.length);
       // A second import collides: nothing of it is written.
       const partly = {
         accounts: [{ ...document.accounts[0], id: 'acct_new_but_keys_exist' }],
