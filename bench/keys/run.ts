@@ -28,6 +28,8 @@ import { startStream, type Waits, waitsBetween } from './traffic';
  *   key revoked, until that key is refused; for the database, every key given a new version with
  *   no NOTIFY, so the version backstop fetches and applies them all, until a key revoked before
  *   answers again (it is un-revoked in the same statement);
+ * - the longest event-loop delay inside the gateway over the same time (perf_hooks, read through
+ *   the probe): what the gateway itself held requests up, apart from the machine's own load;
  * - the time for one revocation made in the database (an UPDATE, as the key command makes it) to
  *   be enforced by a second gateway instance, polled every 5 ms.
  *
@@ -73,6 +75,11 @@ function log(line: string): void {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+interface LoopDelay {
+  readonly maxMs: number;
+  readonly p99Ms: number;
 }
 
 interface Memory {
@@ -158,15 +165,28 @@ class Gateway {
   }
 
   memory(): Promise<Memory> {
+    return this.ask<Memory>('memory');
+  }
+
+  /** The longest event-loop delay in the gateway since the last call (and its p99), in ms. */
+  loopDelay(): Promise<LoopDelay> {
+    return this.ask<LoopDelay>('loop');
+  }
+
+  private ask<T>(kind: 'memory' | 'loop'): Promise<T> {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        reject(new Error(`${this.name}: no memory answer`));
+        this.child.off('message', answer);
+        reject(new Error(`${this.name}: no ${kind} answer`));
       }, 60_000);
-      this.child.once('message', (message) => {
+      const answer = (message: unknown): void => {
+        if ((message as { kind?: unknown }).kind !== kind) return;
         clearTimeout(timer);
-        resolve(message as Memory);
-      });
-      this.child.send('memory');
+        this.child.off('message', answer);
+        resolve(message as T);
+      };
+      this.child.on('message', answer);
+      this.child.send(kind);
     });
   }
 
@@ -212,19 +232,26 @@ async function duringChange(
   rate: number,
   change: () => Promise<void>,
   done: () => Promise<number>,
-): Promise<{ waits: Waits; before: Waits; changeMs: number }> {
+): Promise<{ waits: Waits; before: Waits; changeMs: number; loop: LoopDelay }> {
   const stream = startStream(`${gateway.url}${WALLETS}`, headerSets, rate);
   await sleep(2000);
+  await gateway.loopDelay();
   const startedAt = performance.now();
   await change();
   const doneAt = await done();
   await sleep(1000);
+  const loop = await gateway.loopDelay();
   const sent = await stream.stop();
   return {
     before: waitsBetween(sent, startedAt - 1500, startedAt),
     waits: waitsBetween(sent, startedAt, doneAt + 1000),
     changeMs: doneAt - startedAt,
+    loop,
   };
+}
+
+function loopLine(label: string, loop: LoopDelay): string {
+  return `${label}: longest event-loop delay in the gateway ${fmt(loop.maxMs, 1)} ms (p99 ${fmt(loop.p99Ms, 1)} ms)`;
 }
 
 async function main(): Promise<void> {
@@ -304,6 +331,7 @@ async function main(): Promise<void> {
             reload.waits,
           ),
         );
+        print(loopLine('file SIGHUP reload, from the SIGHUP to 1 s after', reload.loop));
         print(`file memory after the reload: ${perKey(await gateway.memory(), baseline, count)}`);
         await gateway.stop();
         rmSync(file, { force: true });

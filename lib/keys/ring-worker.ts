@@ -1,3 +1,4 @@
+import { setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { ConfigurationError } from '../errors';
 import { transferList } from './packed-table';
@@ -9,6 +10,13 @@ import { buildRingHere, type RingJob } from './ring-sources';
  */
 const port = parentPort;
 if (port !== null) {
+  // The lowest priority for this thread alone (Linux gives each thread its own nice value): on a
+  // busy machine the request thread goes first, and the build only takes longer.
+  try {
+    setPriority(19);
+  } catch {
+    // not allowed here: the build runs at the process's priority
+  }
   buildRingHere(workerData as RingJob).then(
     (built) => {
       port.postMessage({ ok: true, built }, transferList(built.table));
