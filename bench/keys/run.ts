@@ -382,6 +382,7 @@ async function main(): Promise<void> {
               reload.waits,
             ),
           );
+          print(loopLine('database full reload, from the change to 1 s after', reload.loop));
           print(
             `database memory after the full reload: ${perKey(await a.memory(), baseline, count)}`,
           );
