@@ -105,7 +105,7 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
       .then(() => {
         // From now on the file may change unseen by this read: a new call schedules another.
         this.waiting = undefined;
-        return buildRing({ kind: 'file', path: this.path, background: this.loaded });
+        return buildRing({ kind: 'file', path: this.path });
       })
       .then(({ table }) => {
         this.ring = new PackedKeyRing(table);

@@ -235,7 +235,6 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
           kind: 'database',
           connectionString: this.connectionString,
           timeoutMs: this.timeoutMs,
-          background: this.loaded,
         });
         for (const { account, reason } of built.blocked) this.logBlocked(account, reason);
         ring = new LiveKeyRing(new PackedKeyRing(built.table));

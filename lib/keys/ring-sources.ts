@@ -13,13 +13,9 @@ import type { PackedTable } from './packed-table';
  * worker (ring-worker.ts), off the request path; both can run in the calling thread too (tests).
  */
 
-export type RingJob = (
+export type RingJob =
   | { readonly kind: 'file'; readonly path: string }
-  | { readonly kind: 'database'; readonly connectionString: string; readonly timeoutMs: number }
-) & {
-  /** Requests are being served meanwhile: the worker builds at a lower priority. */
-  readonly background?: boolean;
-};
+  | { readonly kind: 'database'; readonly connectionString: string; readonly timeoutMs: number };
 
 export interface BuiltRing {
   readonly table: PackedTable;
