@@ -26,8 +26,9 @@ import { startStream, type Waits, waitsBetween } from './traffic';
  * - the wait of requests sent at a steady BENCH_RATE per second (500; each measured from when it
  *   was due) during a full reload: for the file, a SIGHUP after the file was replaced by one with a
  *   key revoked, until that key is refused; for the database, every key given a new version with
- *   no NOTIFY, so the version backstop fetches and applies them all, until a key revoked before
- *   answers again (it is un-revoked in the same statement);
+ *   no NOTIFY (the UPDATE made before the traffic starts, committed during it), so the version
+ *   backstop fetches and applies them all, until a key revoked before answers again (it is
+ *   un-revoked in the same statement);
  * - the longest event-loop delay inside the gateway over the same time (perf_hooks, read through
  *   the probe): what the gateway itself held requests up, apart from the machine's own load;
  * - the time for one revocation made in the database (an UPDATE, as the key command makes it) to
@@ -368,21 +369,22 @@ async function main(): Promise<void> {
             `database revocation of one key: in force on instance B after ${fmt(onB - revokedAt, 1)} ms ` +
               `(on A, where traffic ran before: ${fmt(onA - revokedAt, 1)} ms)`,
           );
+          const touch = await touchEveryKey(url, `key_${revoked}`);
           const reload = await duringChange(
             a,
             traffic,
             rate,
-            () => touchEveryKey(url, `key_${revoked}`),
+            () => touch.commit(),
             () => a.until(probe, (status) => status === 200),
           );
-          print(waitsLine('database steady, 1.5 s before the change', reload.before));
+          print(waitsLine('database steady, 1.5 s before the commit', reload.before));
           print(
             waitsLine(
-              `database full reload by the version backstop (every key changed), ${fmt(reload.changeMs)} ms until in force, requests due from the change to 1 s after`,
+              `database full reload by the version backstop (every key changed), ${fmt(reload.changeMs)} ms from the commit until in force, requests due from the commit to 1 s after`,
               reload.waits,
             ),
           );
-          print(loopLine('database full reload, from the change to 1 s after', reload.loop));
+          print(loopLine('database full reload, from the commit to 1 s after', reload.loop));
           print(
             `database memory after the full reload: ${perKey(await a.memory(), baseline, count)}`,
           );
