@@ -7,7 +7,7 @@ import type { KeyEnvironment } from './key-format';
 import type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-record';
 import { type AccountRow, type KeyRow, LiveKeyRing, type RingChanges } from './live-key-ring';
 import { PackedKeyRing } from './packed-key-ring';
-import { buildRing } from './ring-build';
+import { type BuiltRing, buildRing } from './ring-build';
 import * as admin from './pg-key-admin';
 import type * as views from './pg-key-views';
 import type { MigrationResult } from './pg-key-views';
@@ -28,8 +28,9 @@ import { assertMigrated } from './pg-schema';
  * snapshot and packs them (ring-sources.ts): for the first load, when more than
  * `FULL_LOAD_ROWS` keys changed since the last sync (a bulk import, a backstop after a long
  * outage), and when the layer of changes over the packed base has grown past a sixteenth of the
- * keys. The rows changed after that snapshot are applied to the new ring before it is swapped in,
- * in one assignment. While the database is unreachable
+ * keys. While it is built the ring in force keeps taking the changes made after the build began,
+ * so a revocation is not held up by it; the rows changed after the build's snapshot are applied to
+ * the new ring before it is swapped in, in one assignment. While the database is unreachable
  * the last keys stay in force and `state()` says `stale`, with the reason and the time of the last
  * successful sync. Use of a key is remembered in memory and written as `last_used_at` in one
  * UPDATE every `lastUsedFlushMs` (30 s), never on the request path.
@@ -85,6 +86,16 @@ interface DeletionSql {
   id: string;
   version: string;
 }
+interface ChangedRows {
+  accounts: AccountSql[];
+  keys: KeySql[];
+  deletions: DeletionSql[];
+}
+
+const LATEST_VERSION = `SELECT greatest(
+  (SELECT coalesce(max(version), 0) FROM accounts),
+  (SELECT coalesce(max(version), 0) FROM keys),
+  (SELECT coalesce(max(version), 0) FROM deletions))::text AS version`;
 
 const RECONNECT_MIN_MS = 100;
 /** More changed keys than this in one sync: a new ring is built in the worker instead. */
@@ -111,6 +122,12 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   /** The sync running, and whether another was asked for while it ran. */
   private running: Promise<void> | undefined;
   private again = false;
+  /** A whole ring being built in the worker while the ring in force takes the later changes. */
+  private building: Promise<void> | undefined;
+  /** That ring once built, for the next sync to swap in. */
+  private built: BuiltRing | undefined;
+  /** The version to read from again, after a build failed. */
+  private rewindTo: bigint | undefined;
   private used = new Set<string>();
   private closed = false;
   private lastStatus: PgKeyStoreState['status'] | undefined;
@@ -209,6 +226,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
    * a failure leaves the keys in force and the store stale.
    */
   sync(): Promise<void> {
+    if (this.closed) return Promise.resolve();
     if (this.running !== undefined) {
       this.again = true;
       return this.running;
@@ -228,29 +246,69 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
 
   private async fetchChanges(): Promise<void> {
     try {
-      let ring = this.ring;
-      let version = this.version;
-      if (await this.wantsFullLoad()) {
-        const built = await buildRing({
-          kind: 'database',
-          connectionString: this.connectionString,
-          timeoutMs: this.timeoutMs,
-        });
-        for (const { account, reason } of built.blocked) this.logBlocked(account, reason);
-        ring = new LiveKeyRing(new PackedKeyRing(built.table));
-        version = BigInt(built.version);
+      if (this.rewindTo !== undefined) {
+        // A build failed: read its changes again (rows are whole states: applying twice is safe).
+        if (this.rewindTo < this.version) this.version = this.rewindTo;
+        this.rewindTo = undefined;
       }
-      const { accounts, keys, deletions } = await this.readSince(version);
-      version = this.apply(ring, version, accounts, keys, deletions);
-      // The new ring, if any, with the changes after its snapshot: in force in one assignment.
-      this.ring = ring;
-      this.version = version;
-      this.loaded = true;
+      const built = this.built ?? (this.loaded ? undefined : await this.buildWhole());
+      this.built = undefined;
+      if (built !== undefined) {
+        const ring = new LiveKeyRing(new PackedKeyRing(built.table));
+        const version = this.apply(
+          ring,
+          BigInt(built.version),
+          await this.readSince(built.version),
+        );
+        // The new ring, with the changes after its snapshot: in force in one assignment.
+        this.ring = ring;
+        this.version = version;
+        this.loaded = true;
+      } else {
+        if (this.building === undefined && (await this.wantsFullLoad())) await this.startBuild();
+        this.version = this.apply(this.ring, this.version, await this.readSince(this.version));
+      }
       this.lastSyncAt = Date.now();
       this.setFault('sync', undefined);
     } catch (error) {
       this.setFault('sync', `database unreachable: ${describe(error)}`);
     }
+  }
+
+  /** Every row, read and packed in the worker. */
+  private async buildWhole(): Promise<BuiltRing> {
+    const built = await buildRing({
+      kind: 'database',
+      connectionString: this.connectionString,
+      timeoutMs: this.timeoutMs,
+    });
+    for (const { account, reason } of built.blocked) this.logBlocked(account, reason);
+    return built;
+  }
+
+  /**
+   * Starts a whole build in the worker and leaves every change up to the database's latest
+   * version to it; the changes after that keep coming to the ring in force, entry by entry, so a
+   * revocation made during a long build is in force at once. The next sync swaps the build in.
+   */
+  private async startBuild(): Promise<void> {
+    const before = this.version;
+    const top = await this.pool.query<{ version: string }>(LATEST_VERSION);
+    this.version = BigInt(top.rows[0]?.version ?? '0');
+    this.building = this.buildWhole()
+      .then(
+        (built) => {
+          this.built = built;
+        },
+        (error: unknown) => {
+          this.rewindTo = before;
+          this.setFault('sync', `database unreachable: ${describe(error)}`);
+        },
+      )
+      .finally(() => {
+        this.building = undefined;
+        void this.sync();
+      });
   }
 
   /** The first load; many keys changed since ours; or a layer of changes grown too big. */
@@ -266,9 +324,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   /** The rows changed after `version`, in one snapshot. */
-  private async readSince(
-    version: bigint,
-  ): Promise<{ accounts: AccountSql[]; keys: KeySql[]; deletions: DeletionSql[] }> {
+  private async readSince(version: bigint | string): Promise<ChangedRows> {
     const since = version.toString();
     const client = await this.pool.connect();
     try {
@@ -303,13 +359,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   /** Applies one fetched batch to `ring` in one synchronous step; the version it is at now. */
-  private apply(
-    ring: LiveKeyRing,
-    version: bigint,
-    accounts: AccountSql[],
-    keys: KeySql[],
-    deletions: DeletionSql[],
-  ): bigint {
+  private apply(ring: LiveKeyRing, version: bigint, rows: ChangedRows): bigint {
+    const { accounts, keys, deletions } = rows;
     let top = version;
     const bump = (version: string): void => {
       const value = BigInt(version);
@@ -363,12 +414,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   private async backstop(): Promise<void> {
     if (this.closed || this.running !== undefined) return;
     try {
-      const result = await this.pool.query<{ version: string }>(
-        `SELECT greatest(
-           (SELECT coalesce(max(version), 0) FROM accounts),
-           (SELECT coalesce(max(version), 0) FROM keys),
-           (SELECT coalesce(max(version), 0) FROM deletions))::text AS version`,
-      );
+      const result = await this.pool.query<{ version: string }>(LATEST_VERSION);
       if (BigInt(result.rows[0]?.version ?? '0') > this.version) {
         await this.sync();
       } else {
@@ -478,6 +524,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     clearInterval(this.pollTimer);
     clearInterval(this.flushTimer);
     if (this.reconnectTimer !== undefined) clearTimeout(this.reconnectTimer);
+    await this.building;
     await this.running;
     await this.flushLastUsed();
     const listener = this.listener;
