@@ -358,7 +358,7 @@ interface KeyView {
  * `revoked`. A keys file records neither when a key was created or revoked nor when it was last
  * used: those are `null` there; `revoked` and `expires_at` say what the file says.
  */
-function accountViews(records: readonly KeyRecord[]): AccountView[] {
+function accountViews(records: Iterable<KeyRecord>): AccountView[] {
   const accounts = new Map<string, AccountView>();
   for (const record of records) {
     let account = accounts.get(record.accountId);

@@ -97,12 +97,14 @@ export {
   FileKeyStore,
   sha256,
   type KeyDirectory,
+  type KeyReadiness,
   type KeyRecord,
   type KeyStore,
 } from './keys/key-store';
 export {
   PgKeyStore,
   NOTIFY_CHANNEL,
+  FULL_LOAD_ROWS,
   type PgKeyStoreOptions,
   type PgKeyStoreState,
 } from './keys/pg-key-store';

@@ -42,7 +42,11 @@ export class KeyIndex {
   }
 
   findBySecretKey(secretKey: string): KeyRecord | undefined {
-    const digest = sha256(secretKey);
+    return this.findByDigest(sha256(secretKey));
+  }
+
+  /** The key whose secret has this SHA-256, compared in constant time. */
+  findByDigest(digest: Buffer): KeyRecord | undefined {
     const record = this.bySecretDigest.get(digest.toString('hex'));
     return record !== undefined && timingSafeEqual(digest, record.secretKeySha256)
       ? record

@@ -31,9 +31,20 @@ export interface KeyStore {
   findById(keyId: string): KeyRecord | undefined;
 }
 
-/** A store that can list every key it holds (the admin listener reads it; contract 13). */
+/**
+ * A store that can list every key it holds (the admin listener reads it; contract 13). A store
+ * with a million keys makes each record as the listing reaches it: iterate, do not index.
+ */
 export interface KeyDirectory {
-  keyRecords(): readonly KeyRecord[];
+  keyRecords(): Iterable<KeyRecord>;
+}
+
+/**
+ * Whether a store's first keys are in (`/readyz` answers 503 until then). A store built in the
+ * background answers every lookup with nothing while `ready` is false.
+ */
+export interface KeyReadiness {
+  readonly ready: boolean;
 }
 
 /** True when `key` is past its `expiresAt` at `now` (ms since the epoch). */

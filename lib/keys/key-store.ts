@@ -1,10 +1,10 @@
-import { readFile } from 'node:fs/promises';
-import { ConfigurationError } from '../errors';
-import type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
+import type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-record';
 import { KeyIndex } from './key-index';
 import { parseKeysDocument } from './keys-file';
+import { PackedKeyRing } from './packed-key-ring';
+import { buildRing } from './ring-build';
 
-export type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
+export type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-record';
 
 export { sha256 } from './key-digest';
 
@@ -45,21 +45,47 @@ export class KeyRing implements KeyStore, KeyDirectory {
 /**
  * The keys file (see the README): loaded at start, swapped whole on `reload()`. A file that fails
  * to load leaves the keys in force unchanged, so a bad edit never locks everyone out.
+ *
+ * The file is read, validated and packed (packed-key-ring.ts) in a worker thread; the request
+ * thread only swaps the finished ring in, in one assignment, so a reload of a million keys never
+ * holds a request up and no request sees a half-built ring.
  */
-export class FileKeyStore implements KeyStore, KeyDirectory {
+export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   /** The last reload scheduled, settled (never rejects): the next one starts after it. */
   private tail: Promise<unknown> = Promise.resolve();
   /** The reload scheduled and not yet reading the file, which calls until it starts share. */
   private waiting: Promise<number> | undefined;
 
-  private constructor(
-    readonly path: string,
-    private ring: KeyRing,
-  ) {}
+  private ring = PackedKeyRing.EMPTY;
+  private loaded = false;
+  /** Settles once the first read is done: rejects when it failed. */
+  readonly firstLoad: Promise<void>;
+
+  private constructor(readonly path: string) {
+    this.firstLoad = this.reload().then(() => {
+      this.loaded = true;
+    });
+  }
 
   /** Reads and validates the file; rejects with a `ConfigurationError` naming the bad entry. */
   static async load(path: string): Promise<FileKeyStore> {
-    return new FileKeyStore(path, await readKeyRing(path));
+    const store = FileKeyStore.open(path);
+    await store.firstLoad;
+    return store;
+  }
+
+  /**
+   * The store at once, its first read under way: `ready` is false, and every lookup finds
+   * nothing, until the first ring is in (`firstLoad`).
+   */
+  static open(path: string): FileKeyStore {
+    const store = new FileKeyStore(path);
+    store.firstLoad.catch(() => undefined);
+    return store;
+  }
+
+  get ready(): boolean {
+    return this.loaded;
   }
 
   /**
@@ -79,18 +105,18 @@ export class FileKeyStore implements KeyStore, KeyDirectory {
       .then(() => {
         // From now on the file may change unseen by this read: a new call schedules another.
         this.waiting = undefined;
-        return readKeyRing(this.path);
+        return buildRing({ kind: 'file', path: this.path });
       })
-      .then((ring) => {
-        this.ring = ring;
-        return ring.records.length;
+      .then(({ table }) => {
+        this.ring = new PackedKeyRing(table);
+        return table.keyCount;
       });
     this.tail = read.catch(() => undefined);
     return read;
   }
 
-  keyRecords(): readonly KeyRecord[] {
-    return this.ring.records;
+  keyRecords(): Iterable<KeyRecord> {
+    return this.ring.records();
   }
 
   findBySecretKey(secretKey: string): KeyRecord | undefined {
@@ -108,21 +134,4 @@ export class FileKeyStore implements KeyStore, KeyDirectory {
   findById(keyId: string): KeyRecord | undefined {
     return this.ring.findById(keyId);
   }
-}
-
-async function readKeyRing(path: string): Promise<KeyRing> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code ?? 'read error';
-    throw new ConfigurationError(`keys file ${path}: cannot be read (${code})`);
-  }
-  let document: unknown;
-  try {
-    document = JSON.parse(text);
-  } catch {
-    throw new ConfigurationError(`keys file ${path}: is not valid JSON`);
-  }
-  return KeyRing.fromDocument(document, path);
 }

@@ -23,7 +23,36 @@ const KEY_FIELDS = new Set([
   'revoked',
   'expiresAt',
 ]);
+/** A key of the document once validated, without its account's whitelist. */
+export type KeysFileKey = Omit<KeyRecord, 'ipWhitelist' | 'accountId'>;
+
+/**
+ * Where `visitKeysDocument` hands what it validated, in document order: each account, then its
+ * keys with what `account()` returned for it.
+ */
+export interface KeysDocumentSink<A> {
+  account(id: string, ipWhitelist: IpWhitelist | undefined): A;
+  key(account: A, key: KeysFileKey): void;
+}
+
+/** The records of a keys document, every key with its account's (shared) whitelist. */
 export function parseKeysDocument(document: unknown, source: string): KeyRecord[] {
+  const records: KeyRecord[] = [];
+  visitKeysDocument<{ id: string; ipWhitelist: IpWhitelist | undefined }>(document, source, {
+    account: (id, ipWhitelist) => ({ id, ipWhitelist }),
+    key: (account, key) => {
+      records.push({ ...key, accountId: account.id, ipWhitelist: account.ipWhitelist });
+    },
+  });
+  return records;
+}
+
+/** Validates a keys document, handing each account and key to `sink`; throws on the first fault. */
+export function visitKeysDocument<A>(
+  document: unknown,
+  source: string,
+  sink: KeysDocumentSink<A>,
+): void {
   const fail = (where: string, problem: string): never => {
     throw new ConfigurationError(`${source}: ${where}: ${problem}`);
   };
@@ -33,7 +62,6 @@ export function parseKeysDocument(document: unknown, source: string): KeyRecord[
     return fail('accounts', 'must be a non-empty array');
   }
 
-  const records: KeyRecord[] = [];
   const seen = { accounts: new Set<string>(), keys: new Set<string>(), pks: new Set<string>() };
   const digests = new Set<string>();
   accounts.forEach((accountValue: unknown, a) => {
@@ -55,6 +83,7 @@ export function parseKeysDocument(document: unknown, source: string): KeyRecord[
     if (!Array.isArray(account.keys) || account.keys.length === 0) {
       fail(`${where}.keys`, 'must be a non-empty array');
     }
+    const handle = sink.account(accountId, ipWhitelist);
     (account.keys as unknown[]).forEach((keyValue, k) => {
       const at = `${where}.keys[${k}]`;
       const key = asObject(keyValue, at, KEY_FIELDS, fail);
@@ -75,19 +104,16 @@ export function parseKeysDocument(document: unknown, source: string): KeyRecord[
       if (key.revoked !== undefined && typeof key.revoked !== 'boolean') {
         fail(`${at}.revoked`, 'must be true or false');
       }
-      records.push({
+      sink.key(handle, {
         id,
-        accountId,
         role,
         publishableKey: pk,
         secretKeySha256: Buffer.from(digest, 'hex'),
         revoked: key.revoked === true,
         expiresAt: expiresAt(key.expiresAt, `${at}.expiresAt`, fail),
-        ipWhitelist,
       });
     });
   });
-  return records;
 }
 
 function asObject(

@@ -4,8 +4,10 @@ import type { Role } from '../core/roles';
 import { requireOptional } from '../optional-module';
 import type { Logger } from '../types';
 import type { KeyEnvironment } from './key-format';
-import type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
+import type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-record';
 import { type AccountRow, type KeyRow, LiveKeyRing, type RingChanges } from './live-key-ring';
+import { PackedKeyRing } from './packed-key-ring';
+import { type BuiltRing, buildRing } from './ring-build';
 import * as admin from './pg-key-admin';
 import type * as views from './pg-key-views';
 import type { MigrationResult } from './pg-key-views';
@@ -21,7 +23,14 @@ import { assertMigrated } from './pg-schema';
  *   reconnected with backoff when it drops);
  * - every `pollIntervalMs` (500 ms) as a backstop, which compares `max(version)` first.
  *
- * A batch of changed rows is applied in one synchronous step. While the database is unreachable
+ * A batch of changed rows is applied in one synchronous step, entry by entry (live-key-ring.ts).
+ * A whole ring is built only off the request path, in a worker thread that reads every row in one
+ * snapshot and packs them (ring-sources.ts): for the first load, when more than
+ * `FULL_LOAD_ROWS` keys changed since the last sync (a bulk import, a backstop after a long
+ * outage), and when the layer of changes over the packed base has grown past a sixteenth of the
+ * keys. While it is built the ring in force keeps taking the changes made after the build began,
+ * so a revocation is not held up by it; the rows changed after the build's snapshot are applied to
+ * the new ring before it is swapped in, in one assignment. While the database is unreachable
  * the last keys stay in force and `state()` says `stale`, with the reason and the time of the last
  * successful sync. Use of a key is remembered in memory and written as `last_used_at` in one
  * UPDATE every `lastUsedFlushMs` (30 s), never on the request path.
@@ -77,12 +86,27 @@ interface DeletionSql {
   id: string;
   version: string;
 }
+interface ChangedRows {
+  accounts: AccountSql[];
+  keys: KeySql[];
+  deletions: DeletionSql[];
+}
+
+const LATEST_VERSION = `SELECT greatest(
+  (SELECT coalesce(max(version), 0) FROM accounts),
+  (SELECT coalesce(max(version), 0) FROM keys),
+  (SELECT coalesce(max(version), 0) FROM deletions))::text AS version`;
 
 const RECONNECT_MIN_MS = 100;
+/** More changed keys than this in one sync: a new ring is built in the worker instead. */
+export const FULL_LOAD_ROWS = 5000;
 const RECONNECT_MAX_MS = 5000;
 
-export class PgKeyStore implements KeyStore, KeyDirectory {
-  private readonly ring = new LiveKeyRing();
+export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
+  private ring = new LiveKeyRing();
+  private loaded = false;
+  private readonly connectionString: string;
+  private readonly timeoutMs: number;
   private readonly logger: Logger | undefined;
   private readonly clientConfig: ClientConfig;
   private readonly environment: KeyEnvironment;
@@ -98,6 +122,12 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
   /** The sync running, and whether another was asked for while it ran. */
   private running: Promise<void> | undefined;
   private again = false;
+  /** A whole ring being built in the worker while the ring in force takes the later changes. */
+  private building: Promise<void> | undefined;
+  /** That ring once built, for the next sync to swap in. */
+  private built: BuiltRing | undefined;
+  /** The version to read from again, after a build failed. */
+  private rewindTo: bigint | undefined;
   private used = new Set<string>();
   private closed = false;
   private lastStatus: PgKeyStoreState['status'] | undefined;
@@ -110,6 +140,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
     this.logger = options.logger;
     this.environment = options.keyEnvironment ?? 'test';
     const timeout = options.queryTimeoutMs ?? 5000;
+    this.connectionString = options.connectionString;
+    this.timeoutMs = timeout;
     this.clientConfig = {
       connectionString: options.connectionString,
       connectionTimeoutMillis: timeout,
@@ -172,6 +204,11 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
     }
   }
 
+  /** True once the first ring is in (it stays in force while the database is unreachable). */
+  get ready(): boolean {
+    return this.loaded;
+  }
+
   state(): PgKeyStoreState {
     const reason = this.syncFault ?? this.listenFault;
     return {
@@ -189,6 +226,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
    * a failure leaves the keys in force and the store stale.
    */
   sync(): Promise<void> {
+    if (this.closed) return Promise.resolve();
     if (this.running !== undefined) {
       this.again = true;
       return this.running;
@@ -207,41 +245,29 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
   }
 
   private async fetchChanges(): Promise<void> {
-    const since = this.version.toString();
     try {
-      const client = await this.pool.connect();
-      let accounts: AccountSql[];
-      let keys: KeySql[];
-      let deletions: DeletionSql[];
-      try {
-        // One snapshot for the three reads: versions commit in order (the schema's lock).
-        await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-        accounts = (
-          await client.query<AccountSql>(
-            'SELECT id, ip_whitelist, version FROM accounts WHERE version > $1',
-            [since],
-          )
-        ).rows;
-        keys = (
-          await client.query<KeySql>(
-            `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at, version
-             FROM keys WHERE version > $1`,
-            [since],
-          )
-        ).rows;
-        deletions = (
-          await client.query<DeletionSql>(
-            'SELECT table_name, id, version FROM deletions WHERE version > $1',
-            [since],
-          )
-        ).rows;
-        await client.query('COMMIT');
-      } catch (error) {
-        client.release(true);
-        throw error;
+      if (this.rewindTo !== undefined) {
+        // A build failed: read its changes again (rows are whole states: applying twice is safe).
+        if (this.rewindTo < this.version) this.version = this.rewindTo;
+        this.rewindTo = undefined;
       }
-      client.release();
-      this.apply(accounts, keys, deletions);
+      const built = this.built ?? (this.loaded ? undefined : await this.buildWhole());
+      this.built = undefined;
+      if (built !== undefined) {
+        const ring = new LiveKeyRing(new PackedKeyRing(built.table));
+        const version = this.apply(
+          ring,
+          BigInt(built.version),
+          await this.readSince(built.version),
+        );
+        // The new ring, with the changes after its snapshot: in force in one assignment.
+        this.ring = ring;
+        this.version = version;
+        this.loaded = true;
+      } else {
+        if (this.building === undefined && (await this.wantsFullLoad())) await this.startBuild();
+        this.version = this.apply(this.ring, this.version, await this.readSince(this.version));
+      }
       this.lastSyncAt = Date.now();
       this.setFault('sync', undefined);
     } catch (error) {
@@ -249,9 +275,93 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
     }
   }
 
-  /** Applies one fetched batch in one synchronous step. */
-  private apply(accounts: AccountSql[], keys: KeySql[], deletions: DeletionSql[]): void {
-    let top = this.version;
+  /** Every row, read and packed in the worker. */
+  private async buildWhole(): Promise<BuiltRing> {
+    const built = await buildRing({
+      kind: 'database',
+      connectionString: this.connectionString,
+      timeoutMs: this.timeoutMs,
+    });
+    for (const { account, reason } of built.blocked) this.logBlocked(account, reason);
+    return built;
+  }
+
+  /**
+   * Starts a whole build in the worker and leaves every change up to the database's latest
+   * version to it; the changes after that keep coming to the ring in force, entry by entry, so a
+   * revocation made during a long build is in force at once. The next sync swaps the build in.
+   */
+  private async startBuild(): Promise<void> {
+    const before = this.version;
+    const top = await this.pool.query<{ version: string }>(LATEST_VERSION);
+    this.version = BigInt(top.rows[0]?.version ?? '0');
+    this.building = this.buildWhole()
+      .then(
+        (built) => {
+          this.built = built;
+        },
+        (error: unknown) => {
+          this.rewindTo = before;
+          this.setFault('sync', `database unreachable: ${describe(error)}`);
+        },
+      )
+      .finally(() => {
+        this.building = undefined;
+        void this.sync();
+      });
+  }
+
+  /** The first load; many keys changed since ours; or a layer of changes grown too big. */
+  private async wantsFullLoad(): Promise<boolean> {
+    if (!this.loaded) return true;
+    if (this.ring.changes > Math.max(FULL_LOAD_ROWS, this.ring.size / 16)) return true;
+    const result = await this.pool.query<{ changed: string }>(
+      `SELECT count(*)::text AS changed
+       FROM (SELECT 1 FROM keys WHERE version > $1 LIMIT ${FULL_LOAD_ROWS + 1}) AS changed`,
+      [this.version.toString()],
+    );
+    return Number(result.rows[0]?.changed ?? 0) > FULL_LOAD_ROWS;
+  }
+
+  /** The rows changed after `version`, in one snapshot. */
+  private async readSince(version: bigint | string): Promise<ChangedRows> {
+    const since = version.toString();
+    const client = await this.pool.connect();
+    try {
+      // One snapshot for the three reads: versions commit in order (the schema's lock).
+      await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const accounts = (
+        await client.query<AccountSql>(
+          'SELECT id, ip_whitelist, version FROM accounts WHERE version > $1',
+          [since],
+        )
+      ).rows;
+      const keys = (
+        await client.query<KeySql>(
+          `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at, version
+           FROM keys WHERE version > $1`,
+          [since],
+        )
+      ).rows;
+      const deletions = (
+        await client.query<DeletionSql>(
+          'SELECT table_name, id, version FROM deletions WHERE version > $1',
+          [since],
+        )
+      ).rows;
+      await client.query('COMMIT');
+      client.release();
+      return { accounts, keys, deletions };
+    } catch (error) {
+      client.release(true);
+      throw error;
+    }
+  }
+
+  /** Applies one fetched batch to `ring` in one synchronous step; the version it is at now. */
+  private apply(ring: LiveKeyRing, version: bigint, rows: ChangedRows): bigint {
+    const { accounts, keys, deletions } = rows;
+    let top = version;
     const bump = (version: string): void => {
       const value = BigInt(version);
       if (value > top) top = value;
@@ -278,9 +388,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
         : (changes.deletedKeys as string[])
       ).push(row.id);
     }
-    if (top === this.version) return;
-    this.ring.apply(changes);
-    this.version = top;
+    if (top !== version) ring.apply(changes);
+    return top;
   }
 
   private accountRow(row: AccountSql): AccountRow {
@@ -289,24 +398,23 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
       return { id: row.id, ipWhitelist: IpWhitelist.parse(row.ip_whitelist), blocked: false };
     } catch (error) {
       // Written by hand past the API's checks: fail closed rather than lift the restriction.
-      this.logger?.error(
-        { event: 'keys.account_blocked', account: row.id, reason: (error as Error).message },
-        'account whitelist in the database is invalid: its keys are refused until it is fixed',
-      );
+      this.logBlocked(row.id, (error as Error).message);
       return { id: row.id, ipWhitelist: undefined, blocked: true };
     }
+  }
+
+  private logBlocked(account: string, reason: string): void {
+    this.logger?.error(
+      { event: 'keys.account_blocked', account, reason },
+      'account whitelist in the database is invalid: its keys are refused until it is fixed',
+    );
   }
 
   /** The backstop: a cheap `max(version)` first, then the rows after ours when it moved. */
   private async backstop(): Promise<void> {
     if (this.closed || this.running !== undefined) return;
     try {
-      const result = await this.pool.query<{ version: string }>(
-        `SELECT greatest(
-           (SELECT coalesce(max(version), 0) FROM accounts),
-           (SELECT coalesce(max(version), 0) FROM keys),
-           (SELECT coalesce(max(version), 0) FROM deletions))::text AS version`,
-      );
+      const result = await this.pool.query<{ version: string }>(LATEST_VERSION);
       if (BigInt(result.rows[0]?.version ?? '0') > this.version) {
         await this.sync();
       } else {
@@ -416,6 +524,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
     clearInterval(this.pollTimer);
     clearInterval(this.flushTimer);
     if (this.reconnectTimer !== undefined) clearTimeout(this.reconnectTimer);
+    await this.building;
     await this.running;
     await this.flushLastUsed();
     const listener = this.listener;
@@ -478,7 +587,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory {
 
   // Lookups: from memory only.
 
-  keyRecords(): readonly KeyRecord[] {
+  keyRecords(): Iterable<KeyRecord> {
     return this.ring.keyRecords();
   }
 

@@ -103,6 +103,29 @@ describe('FileKeyStore', () => {
     expect(store.findById('key_l3')?.role).toBe('level-3');
   });
 
+  it('opens at once, finds nothing and is not ready until its first ring is in', async () => {
+    const { keys, document } = createFixtures();
+    const store = FileKeyStore.open(await writeJson('open.json', document));
+    expect(store.ready).toBe(false);
+    expect(store.findBySecretKey(keys.admin.secretKey)).toBeUndefined();
+    await store.firstLoad;
+    expect(store.ready).toBe(true);
+    expect(store.findBySecretKey(keys.admin.secretKey)?.id).toBe('key_admin');
+  });
+
+  it('stays not ready when its first read fails, and says why', async () => {
+    const store = FileKeyStore.open(join(directory, 'never-there.json'));
+    await expect(store.firstLoad).rejects.toThrow(/cannot be read \(ENOENT\)/);
+    expect(store.ready).toBe(false);
+  });
+
+  it('lists every key of the file, record by record', async () => {
+    const { document } = createFixtures();
+    const store = await FileKeyStore.load(await writeJson('list.json', document));
+    const listed = [...store.keyRecords()].map((record) => record.id);
+    expect(listed).toEqual(KeyRing.fromDocument(document).records.map((record) => record.id));
+  });
+
   it('keeps the previous keys in force when a reload fails', async () => {
     const first = createFixtures();
     const path = await writeJson('broken-reload.json', first.document);

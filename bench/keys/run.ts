@@ -1,0 +1,407 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, renameSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort, httpRequest } from '../processes';
+import {
+  type BenchRow,
+  population,
+  sampledIndexes,
+  sampledSecret,
+  writeKeysFile,
+} from './generate';
+import { type BenchPostgres, loadRows, revokeKey, startPostgres, touchEveryKey } from './postgres';
+import { startStream, type Waits, waitsBetween } from './traffic';
+
+/**
+ * `npm run bench:keys`: the key ring at scale (issue 18). For each population size it generates
+ * that many accounts of one key each, in a keys file and in a fresh PostgreSQL cluster, starts the
+ * real gateway (`dist/gateway/server.js`, NODE_ENV=production, LOG_LEVEL=warn, in-memory limits,
+ * the bundled stub upstream) on each, and prints:
+ *
+ * - memory: RSS and V8 heap (after a full GC, read in the gateway through an IPC preload, see
+ *   probe.ts) over a baseline gateway holding one key, per key;
+ * - time to first readiness: from spawning the process to the first 200 of a request with a key of
+ *   the population;
+ * - the wait of requests sent at a steady BENCH_RATE per second (500; each measured from when it
+ *   was due) during a full reload: for the file, a SIGHUP after the file was replaced by one with a
+ *   key revoked, until that key is refused; for the database, every key given a new version with
+ *   no NOTIFY (the UPDATE made before the traffic starts, committed during it), so the version
+ *   backstop fetches and applies them all, until a key revoked before answers again (it is
+ *   un-revoked in the same statement);
+ * - the longest event-loop delay inside the gateway over the same time (perf_hooks, read through
+ *   the probe): what the gateway itself held requests up, apart from the machine's own load;
+ * - the time for one revocation made in the database (an UPDATE, as the key command makes it) to
+ *   be enforced by a second gateway instance, polled every 5 ms.
+ *
+ * Settings: BENCH_KEYS, a comma-separated list of sizes (100000); BENCH_KEYS_SOURCES, `file`,
+ * `database` or both (both); BENCH_RATE (500). The failure budget is raised to its maximum
+ * (TOLLGATE_AUTH_FAILURE_LIMIT=100000) so the polling of refused keys never spends it.
+ */
+
+const WALLETS = '/api/v1/wallets/';
+const SAMPLE = 1000;
+const TOKEN_SECRET = 'bench-keys-token-secret-0123456789-abcdefghijklmnop';
+const DIST = path.resolve(__dirname, '..', '..');
+
+interface Settings {
+  readonly counts: readonly number[];
+  readonly sources: readonly ('file' | 'database')[];
+  readonly rate: number;
+}
+
+function settings(): Settings {
+  const counts = (process.env.BENCH_KEYS ?? '100000').split(',').map((value) => {
+    const count = Number(value.trim());
+    if (!Number.isInteger(count) || count < 1000) {
+      throw new Error(`BENCH_KEYS: ${JSON.stringify(value)} is not a count of at least 1000`);
+    }
+    return count;
+  });
+  const sources = (process.env.BENCH_KEYS_SOURCES ?? 'file,database').split(',').map((value) => {
+    const source = value.trim();
+    if (source !== 'file' && source !== 'database') {
+      throw new Error(`BENCH_KEYS_SOURCES: ${JSON.stringify(value)} is neither file nor database`);
+    }
+    return source;
+  });
+  const rate = Number(process.env.BENCH_RATE ?? '500');
+  if (!Number.isFinite(rate) || rate <= 0) throw new Error('BENCH_RATE must be a positive number');
+  return { counts, sources, rate };
+}
+
+function log(line: string): void {
+  process.stderr.write(`[bench:keys] ${line}\n`);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+interface LoopDelay {
+  readonly maxMs: number;
+  readonly p99Ms: number;
+}
+
+interface Memory {
+  readonly rss: number;
+  readonly heapUsed: number;
+  readonly external: number;
+}
+
+/** The gateway process, with the memory probe preloaded and an IPC channel to ask it. */
+class Gateway {
+  private output = '';
+  readonly url: string;
+  readonly spawnedAt = performance.now();
+  readonly child: ChildProcess;
+
+  constructor(
+    readonly name: string,
+    port: number,
+    env: Record<string, string>,
+  ) {
+    this.url = `http://127.0.0.1:${port}`;
+    this.child = spawn(
+      process.execPath,
+      [
+        '--expose-gc',
+        '-r',
+        path.join(DIST, 'bench', 'keys', 'probe.js'),
+        path.join(DIST, 'gateway', 'server.js'),
+      ],
+      {
+        env: {
+          PATH: process.env.PATH ?? '',
+          NODE_ENV: 'production',
+          LOG_LEVEL: 'warn',
+          HOST: '127.0.0.1',
+          PORT: String(port),
+          TOLLGATE_TOKEN_SECRET: TOKEN_SECRET,
+          TOLLGATE_AUTH_FAILURE_LIMIT: '100000',
+          ...env,
+        },
+        stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      },
+    );
+    const keep = (chunk: Buffer): void => {
+      this.output = (this.output + chunk.toString('utf8')).slice(-8192);
+    };
+    this.child.stdout?.on('data', keep);
+    this.child.stderr?.on('data', keep);
+  }
+
+  static async start(name: string, env: Record<string, string>): Promise<Gateway> {
+    return new Gateway(name, await freePort(), env);
+  }
+
+  /** Polls until `secretKey` is answered 200; the milliseconds since the spawn. */
+  async readyWith(secretKey: string, timeoutMs = 600_000): Promise<number> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      if (this.child.exitCode !== null) {
+        throw new Error(`${this.name} exited with ${this.child.exitCode}:\n${this.output}`);
+      }
+      if ((await this.status(secretKey)) === 200) return performance.now() - this.spawnedAt;
+      if (performance.now() > deadline) throw new Error(`${this.name} never became ready`);
+      await sleep(20);
+    }
+  }
+
+  async status(secretKey: string): Promise<number> {
+    const reply = await httpRequest(`${this.url}${WALLETS}`, {
+      headers: { authorization: `Bearer ${secretKey}` },
+    }).catch(() => undefined);
+    return reply?.status ?? 0;
+  }
+
+  /** Polls every 5 ms until `secretKey` gets `wanted` (401 or 200); when it did. */
+  async until(secretKey: string, wanted: (status: number) => boolean): Promise<number> {
+    const deadline = performance.now() + 600_000;
+    for (;;) {
+      if (wanted(await this.status(secretKey))) return performance.now();
+      if (performance.now() > deadline) throw new Error(`${this.name}: change never seen`);
+      await sleep(5);
+    }
+  }
+
+  memory(): Promise<Memory> {
+    return this.ask<Memory>('memory');
+  }
+
+  /** The longest event-loop delay in the gateway since the last call (and its p99), in ms. */
+  loopDelay(): Promise<LoopDelay> {
+    return this.ask<LoopDelay>('loop');
+  }
+
+  private ask<T>(kind: 'memory' | 'loop'): Promise<T> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.child.off('message', answer);
+        reject(new Error(`${this.name}: no ${kind} answer`));
+      }, 60_000);
+      const answer = (message: unknown): void => {
+        if ((message as { kind?: unknown }).kind !== kind) return;
+        clearTimeout(timer);
+        this.child.off('message', answer);
+        resolve(message as T);
+      };
+      this.child.on('message', answer);
+      this.child.send(kind);
+    });
+  }
+
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((resolve) => this.child.once('exit', resolve));
+    this.child.kill('SIGTERM');
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+const MB = 1024 * 1024;
+const fmt = (value: number, digits = 0): string =>
+  Number.isFinite(value)
+    ? value.toLocaleString('en-US', {
+        maximumFractionDigits: digits,
+        minimumFractionDigits: digits,
+      })
+    : 'n/a';
+
+function perKey(memory: Memory, baseline: Memory, count: number): string {
+  return (
+    `RSS ${fmt(memory.rss / MB)} MiB (${fmt((memory.rss - baseline.rss) / count)} B/key over baseline), ` +
+    `heap ${fmt(memory.heapUsed / MB)} MiB (${fmt((memory.heapUsed - baseline.heapUsed) / count)} B/key), ` +
+    `external ${fmt(memory.external / MB)} MiB`
+  );
+}
+
+function waitsLine(label: string, waits: Waits): string {
+  return (
+    `${label}: ${fmt(waits.requests)} requests, worst wait ${fmt(waits.worstMs, 1)} ms, ` +
+    `p99 ${fmt(waits.p99Ms, 1)} ms, p50 ${fmt(waits.p50Ms, 1)} ms` +
+    (waits.others === 0 ? '' : `, ${fmt(waits.others)} answers other than 200`)
+  );
+}
+
+/** Steady traffic, `change()` made, then until `done()` resolves and one second after. */
+async function duringChange(
+  gateway: Gateway,
+  headerSets: readonly Record<string, string>[],
+  rate: number,
+  change: () => Promise<void>,
+  done: () => Promise<number>,
+): Promise<{ waits: Waits; before: Waits; changeMs: number; loop: LoopDelay }> {
+  const stream = startStream(`${gateway.url}${WALLETS}`, headerSets, rate);
+  await sleep(2000);
+  await gateway.loopDelay();
+  const startedAt = performance.now();
+  await change();
+  const doneAt = await done();
+  await sleep(1000);
+  const loop = await gateway.loopDelay();
+  const sent = await stream.stop();
+  return {
+    before: waitsBetween(sent, startedAt - 1500, startedAt),
+    waits: waitsBetween(sent, startedAt, doneAt + 1000),
+    changeMs: doneAt - startedAt,
+    loop,
+  };
+}
+
+function loopLine(label: string, loop: LoopDelay): string {
+  return `${label}: longest event-loop delay in the gateway ${fmt(loop.maxMs, 1)} ms (p99 ${fmt(loop.p99Ms, 1)} ms)`;
+}
+
+async function main(): Promise<void> {
+  const { counts, sources, rate } = settings();
+  const directory = mkdtempSync(path.join(os.tmpdir(), 'tollgate-bench-keys-'));
+  const lines: string[] = [];
+  const print = (line: string): void => {
+    lines.push(line);
+    process.stdout.write(`${line}\n`);
+  };
+  print(
+    `bench:keys on node ${process.version}, ${os.cpus().length} CPUs, ${fmt(os.totalmem() / 2 ** 30)} GiB; ` +
+      `one key per account; a quarter of the accounts without a whitelist, half sharing 100 lists, ` +
+      `a quarter with a list of their own; traffic at ${rate} req/s over ${SAMPLE} keys`,
+  );
+  try {
+    // The baseline: the same gateway holding one key.
+    const baseRows = [...population(1000, SAMPLE)].slice(0, 1);
+    const baseFile = path.join(directory, 'baseline.json');
+    writeKeysFile(baseFile, baseRows);
+    const base = await Gateway.start('baseline', { TOLLGATE_KEYS_FILE: baseFile });
+    await base.readyWith(sampledSecret(0));
+    const warm = startStream(
+      `${base.url}${WALLETS}`,
+      [{ authorization: `Bearer ${sampledSecret(0)}` }],
+      rate,
+    );
+    await sleep(2000);
+    await warm.stop();
+    const baseline = await base.memory();
+    await base.stop();
+    print(
+      `baseline (1 key, after 2 s of traffic): RSS ${fmt(baseline.rss / MB)} MiB, heap ${fmt(baseline.heapUsed / MB)} MiB`,
+    );
+
+    for (const count of counts) {
+      log(`generating ${count} keys`);
+      const rows: BenchRow[] = [...population(count, SAMPLE)];
+      const sampled = sampledIndexes(count, SAMPLE);
+      const revoked = sampled[1] ?? 1;
+      const traffic = sampled
+        .filter((index) => index !== revoked)
+        .map((index) => ({ authorization: `Bearer ${sampledSecret(index)}` }));
+      const probe = sampledSecret(revoked);
+      const first = sampledSecret(sampled[0] ?? 0);
+      print(`--- ${fmt(count)} keys ---`);
+
+      if (sources.includes('file')) {
+        const file = path.join(directory, 'keys.json');
+        const next = path.join(directory, 'keys-next.json');
+        const bytes = writeKeysFile(file, rows);
+        writeKeysFile(next, rows, revoked);
+        log(`file: ${fmt(bytes / MB)} MiB written; starting the gateway`);
+        const gateway = await Gateway.start('file gateway', { TOLLGATE_KEYS_FILE: file });
+        const readyMs = await gateway.readyWith(first);
+        const stream = startStream(`${gateway.url}${WALLETS}`, traffic, rate);
+        await sleep(2000);
+        await stream.stop();
+        const loaded = await gateway.memory();
+        print(`file (${fmt(bytes / MB, 1)} MiB): first readiness ${fmt(readyMs)} ms`);
+        print(`file memory after start: ${perKey(loaded, baseline, count)}`);
+        const reload = await duringChange(
+          gateway,
+          traffic,
+          rate,
+          () => {
+            renameSync(next, file);
+            gateway.child.kill('SIGHUP');
+            return Promise.resolve();
+          },
+          () => gateway.until(probe, (status) => status === 401),
+        );
+        print(waitsLine('file steady, 1.5 s before the SIGHUP', reload.before));
+        print(
+          waitsLine(
+            `file SIGHUP reload (one key revoked), ${fmt(reload.changeMs)} ms until in force, requests due from the SIGHUP to 1 s after`,
+            reload.waits,
+          ),
+        );
+        print(loopLine('file SIGHUP reload, from the SIGHUP to 1 s after', reload.loop));
+        print(`file memory after the reload: ${perKey(await gateway.memory(), baseline, count)}`);
+        await gateway.stop();
+        rmSync(file, { force: true });
+      }
+
+      if (sources.includes('database')) {
+        log('database: starting PostgreSQL and loading the keys');
+        let postgres: BenchPostgres | undefined;
+        const gateways: Gateway[] = [];
+        try {
+          postgres = await startPostgres();
+          const url = postgres.url;
+          await loadRows(url, rows);
+          const a = await Gateway.start('database gateway A', { TOLLGATE_DATABASE_URL: url });
+          gateways.push(a);
+          const readyMs = await a.readyWith(first);
+          const stream = startStream(`${a.url}${WALLETS}`, traffic, rate);
+          await sleep(2000);
+          await stream.stop();
+          const loaded = await a.memory();
+          print(`database: first readiness ${fmt(readyMs)} ms`);
+          print(`database memory after start: ${perKey(loaded, baseline, count)}`);
+          const b = await Gateway.start('database gateway B', { TOLLGATE_DATABASE_URL: url });
+          gateways.push(b);
+          await b.readyWith(first);
+          await sleep(1000);
+          const revokedAt = performance.now();
+          await revokeKey(url, `key_${revoked}`);
+          const [onA, onB] = await Promise.all([
+            a.until(probe, (status) => status === 401),
+            b.until(probe, (status) => status === 401),
+          ]);
+          print(
+            `database revocation of one key: in force on instance B after ${fmt(onB - revokedAt, 1)} ms ` +
+              `(on A, where traffic ran before: ${fmt(onA - revokedAt, 1)} ms)`,
+          );
+          const touch = await touchEveryKey(url, `key_${revoked}`);
+          const reload = await duringChange(
+            a,
+            traffic,
+            rate,
+            () => touch.commit(),
+            () => a.until(probe, (status) => status === 200),
+          );
+          print(waitsLine('database steady, 1.5 s before the commit', reload.before));
+          print(
+            waitsLine(
+              `database full reload by the version backstop (every key changed), ${fmt(reload.changeMs)} ms from the commit until in force, requests due from the commit to 1 s after`,
+              reload.waits,
+            ),
+          );
+          print(loopLine('database full reload, from the commit to 1 s after', reload.loop));
+          print(
+            `database memory after the full reload: ${perKey(await a.memory(), baseline, count)}`,
+          );
+        } finally {
+          await Promise.all(gateways.map((gateway) => gateway.stop()));
+          postgres?.destroy();
+        }
+      }
+    }
+  } finally {
+    rmSync(directory, { recursive: true, force: true });
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(
+    `bench:keys failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
+  process.exit(1);
+});

@@ -1,0 +1,118 @@
+import { ROLES, type Role } from '../core/roles';
+
+/**
+ * A key ring as a handful of flat arrays, built once and never changed: about 150 bytes a key
+ * instead of some 2 KB of objects and maps. It is made of typed arrays only, so a worker thread
+ * can build it and hand it over without a copy (`transferList(table)`), and the thread that
+ * receives it has no per-key work to do: the tables below are the index.
+ *
+ * - `digests`: the SHA-256 of every secret, 32 bytes a key, in key order.
+ * - `text`: every id and publishable key as ASCII bytes (the rules allow nothing else): a key's
+ *   id then its publishable key at `keyText[k]`, `keyLengths[2k]` and `keyLengths[2k + 1]` long;
+ *   an account's id at `accountText[a]`, `accountLengths[a]` long.
+ * - `keyFlags[k]`: the role's rank (bits 0-1) and revoked (bit 2); `keyExpires[k]`: the deadline
+ *   in ms since the epoch, NaN for none; `keyAccount[k]`: the account's index.
+ * - `accountList[a]`: the index of the account's whitelist among the distinct lists (accounts with
+ *   equal lists share one), `NO_LIST`, or `BLOCKED` (an invalid stored list: its keys are refused);
+ *   list `l`'s canonical entries, joined by ",", are `listText[listOffsets[l] .. listOffsets[l+1]]`.
+ * - `accountKeys[accountKeyStart[a] .. accountKeyStart[a + 1]]`: the keys of account `a`.
+ * - `bySecret`, `byPublishable`, `byId`, `byAccount`: open-addressing hash tables (linear probing,
+ *   a power of two at least twice the entries) holding index + 1, 0 for an empty slot. Secrets
+ *   are placed by the first four bytes of their digest, strings by FNV-1a seeded with `seed`.
+ */
+export interface PackedTable {
+  readonly keyCount: number;
+  readonly accountCount: number;
+  readonly seed: number;
+  readonly digests: Uint8Array;
+  readonly text: Uint8Array;
+  readonly keyText: Uint32Array;
+  readonly keyLengths: Uint8Array;
+  readonly keyFlags: Uint8Array;
+  readonly keyExpires: Float64Array;
+  readonly keyAccount: Uint32Array;
+  readonly accountText: Uint32Array;
+  readonly accountLengths: Uint8Array;
+  readonly accountList: Int32Array;
+  readonly accountKeyStart: Uint32Array;
+  readonly accountKeys: Uint32Array;
+  readonly listText: Uint8Array;
+  readonly listOffsets: Uint32Array;
+  readonly bySecret: Uint32Array;
+  readonly byPublishable: Uint32Array;
+  readonly byId: Uint32Array;
+  readonly byAccount: Uint32Array;
+}
+
+export const NO_LIST = -1;
+export const BLOCKED = -2;
+const REVOKED_FLAG = 4;
+
+/** The buffers of a table, for `postMessage(table, transferList(table))`. */
+export function transferList(table: PackedTable): ArrayBuffer[] {
+  const buffers = new Set<ArrayBuffer>();
+  for (const value of Object.values(table)) {
+    if (ArrayBuffer.isView(value)) buffers.add(value.buffer as ArrayBuffer);
+  }
+  return [...buffers];
+}
+
+/** FNV-1a over the UTF-16 code units of `value`, seeded. */
+export function hashString(value: string, seed: number): number {
+  let hash = (0x811c9dc5 ^ seed) >>> 0;
+  for (let i = 0; i < value.length; i++) {
+    hash = Math.imul(hash ^ value.charCodeAt(i), 0x01000193);
+  }
+  return hash >>> 0;
+}
+
+/** The same hash over ASCII bytes, equal to `hashString` of the string they spell. */
+export function hashBytes(bytes: Uint8Array, start: number, end: number, seed: number): number {
+  let hash = (0x811c9dc5 ^ seed) >>> 0;
+  for (let i = start; i < end; i++) hash = Math.imul(hash ^ (bytes[i] ?? 0), 0x01000193);
+  return hash >>> 0;
+}
+
+/** Where a secret's digest is placed: its first four bytes. */
+export function digestHash(digest: Uint8Array, offset = 0): number {
+  return (
+    ((digest[offset] ?? 0) |
+      ((digest[offset + 1] ?? 0) << 8) |
+      ((digest[offset + 2] ?? 0) << 16) |
+      ((digest[offset + 3] ?? 0) << 24)) >>>
+    0
+  );
+}
+
+/** True when the ASCII bytes at `start` spell exactly `value`. */
+export function bytesEqual(
+  bytes: Uint8Array,
+  start: number,
+  length: number,
+  value: string,
+): boolean {
+  if (value.length !== length) return false;
+  for (let i = 0; i < length; i++) {
+    if (bytes[start + i] !== value.charCodeAt(i)) return false;
+  }
+  return true;
+}
+
+export function roleOf(flags: number): Role {
+  return ROLES[flags & 3] ?? 'administrator';
+}
+
+export function isRevokedFlag(flags: number): boolean {
+  return (flags & REVOKED_FLAG) !== 0;
+}
+
+export function flagsOf(role: Role, revoked: boolean): number {
+  return ROLES.indexOf(role) | (revoked ? REVOKED_FLAG : 0);
+}
+
+/** A table's slot count for `entries`: a power of two, at least twice as many, at least 16. */
+export function slotsFor(entries: number): number {
+  let slots = 16;
+  while (slots < entries * 2) slots *= 2;
+  return slots;
+}

@@ -1,0 +1,149 @@
+import { readFileSync } from 'node:fs';
+import type { Client } from 'pg';
+import { IpWhitelist } from '../core/ip-whitelist';
+import type { Role } from '../core/roles';
+import { ConfigurationError } from '../errors';
+import { requireOptional } from '../optional-module';
+import { visitKeysDocument } from './keys-file';
+import { PackedTableBuilder } from './packed-builder';
+import type { PackedTable } from './packed-table';
+
+/**
+ * The two ways a whole ring is built: from a keys file, from the database. Both run in the ring
+ * worker (ring-worker.ts), off the request path; both can run in the calling thread too (tests).
+ */
+
+export type RingJob =
+  | { readonly kind: 'file'; readonly path: string }
+  | { readonly kind: 'database'; readonly connectionString: string; readonly timeoutMs: number };
+
+export interface BuiltRing {
+  readonly table: PackedTable;
+  /** The database's change version the ring is at ('0' for a file). */
+  readonly version: string;
+  /** Accounts whose stored whitelist is invalid: their keys are held as revoked. */
+  readonly blocked: readonly { readonly account: string; readonly reason: string }[];
+}
+
+export async function buildRingHere(job: RingJob): Promise<BuiltRing> {
+  return job.kind === 'file' ? fromFile(job.path) : fromDatabase(job);
+}
+
+/** Reads and validates a keys file (contract 3); a `ConfigurationError` names what is wrong. */
+function fromFile(path: string): BuiltRing {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code ?? 'read error';
+    throw new ConfigurationError(`keys file ${path}: cannot be read (${code})`);
+  }
+  let document: unknown;
+  try {
+    document = JSON.parse(text);
+  } catch {
+    throw new ConfigurationError(`keys file ${path}: is not valid JSON`);
+  }
+  const builder = new PackedTableBuilder();
+  visitKeysDocument(document, path, {
+    account: (id, ipWhitelist) => builder.addAccount(id, ipWhitelist?.entries()),
+    key: (account, key) => {
+      builder.addKey({ ...key, account });
+    },
+  });
+  return { table: builder.build(), version: '0', blocked: [] };
+}
+
+const PAGE = 20_000;
+
+interface AccountSql {
+  id: string;
+  ip_whitelist: string[] | null;
+}
+interface KeySql {
+  id: string;
+  account_id: string;
+  role: Role;
+  publishable_key: string;
+  secret_sha256: Buffer;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+}
+
+/**
+ * Every account and key in one snapshot, read in pages of 20,000 rows by id, and the change
+ * version that snapshot is at: the store then asks for the rows after it.
+ */
+async function fromDatabase(job: Extract<RingJob, { kind: 'database' }>): Promise<BuiltRing> {
+  const pg = requireOptional('pg', 'TOLLGATE_DATABASE_URL (the PostgreSQL key store)');
+  const client: Client = new pg.Client({
+    connectionString: job.connectionString,
+    connectionTimeoutMillis: job.timeoutMs,
+    query_timeout: Math.max(job.timeoutMs, 60_000),
+  });
+  client.on('error', () => undefined);
+  await client.connect();
+  try {
+    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    const top = await client.query<{ version: string }>(
+      `SELECT greatest(
+         (SELECT coalesce(max(version), 0) FROM accounts),
+         (SELECT coalesce(max(version), 0) FROM keys),
+         (SELECT coalesce(max(version), 0) FROM deletions))::text AS version`,
+    );
+    const builder = new PackedTableBuilder();
+    const accounts = new Map<string, number>();
+    const blocked: { account: string; reason: string }[] = [];
+    await pages<AccountSql>(client, 'SELECT id, ip_whitelist FROM accounts', (row) => {
+      let list: readonly string[] | undefined | 'blocked';
+      try {
+        list =
+          row.ip_whitelist === null ? undefined : IpWhitelist.parse(row.ip_whitelist).entries();
+      } catch (error) {
+        list = 'blocked';
+        blocked.push({ account: row.id, reason: (error as Error).message });
+      }
+      accounts.set(row.id, builder.addAccount(row.id, list));
+    });
+    await pages<KeySql>(
+      client,
+      `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at FROM keys`,
+      (row) => {
+        const account = accounts.get(row.account_id);
+        if (account === undefined) return; // the foreign key forbids it
+        builder.addKey({
+          id: row.id,
+          account,
+          role: row.role,
+          publishableKey: row.publishable_key,
+          secretKeySha256: row.secret_sha256,
+          revoked: row.revoked_at !== null,
+          expiresAt: row.expires_at?.getTime(),
+        });
+      },
+    );
+    await client.query('COMMIT');
+    return { table: builder.build(), version: top.rows[0]?.version ?? '0', blocked };
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+/** Reads `select` in pages ordered by id (keyset pagination), handing each row to `each`. */
+// eslint-disable-next-line @typescript-eslint/no-unnecessary-type-parameters -- the row type of `select`
+async function pages<Row extends { id: string }>(
+  client: Client,
+  select: string,
+  each: (row: Row) => void,
+): Promise<void> {
+  let after = '';
+  for (;;) {
+    const { rows } = await client.query<Row>(`${select} WHERE id > $1 ORDER BY id LIMIT ${PAGE}`, [
+      after,
+    ]);
+    for (const row of rows) each(row);
+    const last = rows[rows.length - 1];
+    if (last === undefined || rows.length < PAGE) return;
+    after = last.id;
+  }
+}

@@ -1,0 +1,269 @@
+import fc from 'fast-check';
+import { IpWhitelist } from '../../lib/core/ip-whitelist';
+import { ROLES, type Role } from '../../lib/core/roles';
+import { sha256 } from '../../lib/keys/key-digest';
+import type { KeyRecord } from '../../lib/keys/key-record';
+import { PackedTableBuilder } from '../../lib/keys/packed-builder';
+import { PackedKeyRing } from '../../lib/keys/packed-key-ring';
+import { MessageChannel } from 'node:worker_threads';
+import { hashBytes, hashString, type PackedTable, transferList } from '../../lib/keys/packed-table';
+
+/**
+ * The packed ring against a plain `Map` of records as the oracle: whatever accounts and keys go
+ * in, every lookup answers what the map answers, and the listing is the keys in order.
+ */
+
+const LISTS = [undefined, ['127.0.0.1'], ['10.0.0.0/8', '2001:db8::/32'], 'blocked'] as const;
+
+interface AccountSpec {
+  readonly id: string;
+  readonly list: (typeof LISTS)[number];
+  readonly keys: readonly {
+    readonly id: string;
+    readonly publishableKey: string;
+    readonly secret: string;
+    readonly role: Role;
+    readonly revoked: boolean;
+    readonly expiresAt: number | undefined;
+  }[];
+}
+
+const idArb = fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,9}$/);
+const keyArb = fc.record({
+  id: idArb,
+  publishableKey: fc.stringMatching(/^pk_[!-~]{17,40}$/),
+  secret: fc.string({ minLength: 1, maxLength: 30 }),
+  role: fc.constantFrom(...ROLES),
+  revoked: fc.boolean(),
+  expiresAt: fc.option(fc.integer({ min: 0, max: 4_000_000_000_000 }), { nil: undefined }),
+});
+const accountsArb = fc
+  .array(
+    fc.record({
+      id: idArb,
+      list: fc.constantFrom(...LISTS),
+      keys: fc.array(keyArb, { minLength: 1, maxLength: 4 }),
+    }),
+    { maxLength: 12 },
+  )
+  .map((accounts) => unique(accounts));
+
+/** Drops accounts and keys whose id, publishable key or secret was already used. */
+function unique(accounts: AccountSpec[]): AccountSpec[] {
+  const seen = new Set<string>();
+  const fresh = (value: string): boolean => !seen.has(value) && Boolean(seen.add(value));
+  return accounts
+    .filter((account) => fresh(`a:${account.id}`))
+    .map((account) => ({
+      ...account,
+      keys: account.keys.filter(
+        (key) =>
+          fresh(`k:${key.id}`) && fresh(`p:${key.publishableKey}`) && fresh(`s:${key.secret}`),
+      ),
+    }))
+    .filter((account) => account.keys.length > 0);
+}
+
+function build(accounts: readonly AccountSpec[]): {
+  ring: PackedKeyRing;
+  oracle: Map<string, KeyRecord>;
+} {
+  const builder = new PackedTableBuilder();
+  const oracle = new Map<string, KeyRecord>();
+  for (const account of accounts) {
+    const index = builder.addAccount(account.id, account.list);
+    const whitelist =
+      account.list === undefined || account.list === 'blocked'
+        ? undefined
+        : IpWhitelist.parse(account.list);
+    for (const key of account.keys) {
+      const digest = sha256(key.secret);
+      builder.addKey({ ...key, account: index, secretKeySha256: digest });
+      oracle.set(key.id, {
+        id: key.id,
+        accountId: account.id,
+        role: key.role,
+        publishableKey: key.publishableKey,
+        secretKeySha256: digest,
+        revoked: key.revoked || account.list === 'blocked',
+        expiresAt: key.expiresAt,
+        ipWhitelist: whitelist,
+      });
+    }
+  }
+  return { ring: new PackedKeyRing(builder.build()), oracle };
+}
+
+/** A record as plain data: whitelists by their entries. */
+function plain(record: KeyRecord | undefined): unknown {
+  if (record === undefined) return undefined;
+  return {
+    ...record,
+    secretKeySha256: Buffer.from(record.secretKeySha256).toString('hex'),
+    ipWhitelist: record.ipWhitelist?.entries(),
+    expiresAt: record.expiresAt,
+  };
+}
+
+describe('PackedKeyRing against a Map', () => {
+  it('answers every lookup as the map does, and lists the keys in order', () => {
+    fc.assert(
+      fc.property(accountsArb, fc.string({ maxLength: 30 }), (accounts, stranger) => {
+        const { ring, oracle } = build(accounts);
+        expect(ring.size).toBe(oracle.size);
+        expect([...ring.records()].map(plain)).toEqual([...oracle.values()].map(plain));
+        const secrets = accounts.flatMap((account) => account.keys.map((key) => key.secret));
+        for (const account of accounts) {
+          for (const key of account.keys) {
+            const expected = plain(oracle.get(key.id));
+            expect(plain(ring.findBySecretKey(key.secret))).toEqual(expected);
+            expect(plain(ring.findById(key.id))).toEqual(expected);
+            expect(plain(ring.findByPublishableKey(key.publishableKey))).toEqual(expected);
+            expect(plain(ring.findByKeyPair(key.publishableKey, key.secret))).toEqual(expected);
+            const other = secrets.find((secret) => secret !== key.secret);
+            if (other !== undefined) {
+              expect(ring.findByKeyPair(key.publishableKey, other)).toBeUndefined();
+            }
+            expect(ring.findByKeyPair(`${key.publishableKey}x`, key.secret)).toBeUndefined();
+          }
+          expect(ring.indexOfAccount(account.id)).toBeGreaterThanOrEqual(0);
+        }
+        if (!secrets.includes(stranger)) expect(ring.findBySecretKey(stranger)).toBeUndefined();
+        if (!oracle.has(stranger)) expect(ring.findById(stranger)).toBeUndefined();
+        expect(ring.findByPublishableKey(stranger)).toEqual(
+          [...oracle.values()].find((record) => record.publishableKey === stranger) === undefined
+            ? undefined
+            : expect.anything(),
+        );
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('lists the keys of each account', () => {
+    fc.assert(
+      fc.property(accountsArb, (accounts) => {
+        const { ring } = build(accounts);
+        for (const account of accounts) {
+          const keys = ring.keysOfAccount(ring.indexOfAccount(account.id));
+          expect([...keys].map((k) => ring.idAt(k))).toEqual(account.keys.map((key) => key.id));
+        }
+      }),
+      { numRuns: 100 },
+    );
+  });
+});
+
+describe('PackedKeyRing', () => {
+  const { ring } = build([
+    {
+      id: 'acct_a',
+      list: ['10.0.0.0/8', '2001:db8::/32'],
+      keys: [
+        {
+          id: 'key_a',
+          publishableKey: 'pk_test_aaaaaaaaaaaaaaaaaaaa',
+          secret: 'sk_a',
+          role: 'level-1',
+          revoked: false,
+          expiresAt: undefined,
+        },
+      ],
+    },
+    {
+      id: 'acct_b',
+      list: ['10.0.0.0/8', '2001:db8::/32'],
+      keys: [
+        {
+          id: 'key_b',
+          publishableKey: 'pk_test_bbbbbbbbbbbbbbbbbbbb',
+          secret: 'sk_b',
+          role: 'administrator',
+          revoked: false,
+          expiresAt: undefined,
+        },
+      ],
+    },
+    {
+      id: 'acct_blocked',
+      list: 'blocked',
+      keys: [
+        {
+          id: 'key_c',
+          publishableKey: 'pk_test_cccccccccccccccccccc',
+          secret: 'sk_c',
+          role: 'administrator',
+          revoked: false,
+          expiresAt: 1_000,
+        },
+      ],
+    },
+  ]);
+
+  it('parses a whitelist once and shares it between accounts whose lists are equal', () => {
+    const a = ring.findById('key_a')?.ipWhitelist;
+    expect(a).toBeInstanceOf(IpWhitelist);
+    expect(ring.findById('key_b')?.ipWhitelist).toBe(a);
+    expect(ring.findBySecretKey('sk_a')?.ipWhitelist).toBe(a);
+  });
+
+  it('stores each distinct whitelist once', () => {
+    expect(ring.table.listOffsets).toHaveLength(2);
+    expect(ring.table.accountList[1]).toBe(ring.table.accountList[0]);
+  });
+
+  it('holds the keys of an account with an invalid stored whitelist as revoked, unrestricted', () => {
+    expect(ring.findById('key_c')).toMatchObject({
+      revoked: true,
+      ipWhitelist: undefined,
+      expiresAt: 1_000,
+    });
+  });
+
+  it('answers nothing from the empty ring', () => {
+    expect(PackedKeyRing.EMPTY.size).toBe(0);
+    expect(PackedKeyRing.EMPTY.findBySecretKey('sk_a')).toBeUndefined();
+    expect(
+      PackedKeyRing.EMPTY.findByKeyPair('pk_test_aaaaaaaaaaaaaaaaaaaa', 'sk_a'),
+    ).toBeUndefined();
+    expect([...PackedKeyRing.EMPTY.records()]).toEqual([]);
+  });
+
+  it('moves to another thread by transfer, not copy, and answers the same there', async () => {
+    const { ring: moving } = build([
+      {
+        id: 'acct_m',
+        list: ['127.0.0.1'],
+        keys: [
+          {
+            id: 'key_m',
+            publishableKey: 'pk_test_mmmmmmmmmmmmmmmmmmmm',
+            secret: 'sk_m',
+            role: 'level-3',
+            revoked: false,
+            expiresAt: undefined,
+          },
+        ],
+      },
+    ]);
+    const before = plain(moving.findBySecretKey('sk_m'));
+    const { port1, port2 } = new MessageChannel();
+    const received = new Promise<PackedTable>((resolve) => {
+      port2.once('message', resolve);
+    });
+    port1.postMessage(moving.table, transferList(moving.table));
+    const table = await received;
+    port1.close();
+    expect(moving.table.digests.byteLength).toBe(0); // detached: it was moved
+    expect(plain(new PackedKeyRing(table).findBySecretKey('sk_m'))).toEqual(before);
+  });
+
+  it('hashes a string and its ASCII bytes alike', () => {
+    fc.assert(
+      fc.property(fc.stringMatching(/^[!-~]{0,50}$/), fc.integer(), (value, seed) => {
+        const bytes = Buffer.from(value, 'latin1');
+        expect(hashBytes(bytes, 0, bytes.length, seed)).toBe(hashString(value, seed));
+      }),
+    );
+  });
+});
