@@ -301,8 +301,13 @@ const securityHeaders: RequestHandler = function securityHeadersMiddleware(_req,
   next();
 };
 
-/** Keys in force, when the store can list them. */
+/** Keys in force, when the store counts them (never a walk of a million keys per scrape). */
 function keyCount(store: KeyStore): number | undefined {
+  const { size } = store as { size?: unknown };
+  if (typeof size === 'number') return size;
   const directory = store as Partial<KeyDirectory>;
-  return typeof directory.keyRecords === 'function' ? directory.keyRecords().length : undefined;
+  if (typeof directory.keyRecords !== 'function') return undefined;
+  let count = 0;
+  for (const _record of directory.keyRecords()) count++;
+  return count;
 }

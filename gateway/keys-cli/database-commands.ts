@@ -129,7 +129,7 @@ async function create(store: PgKeyStore, options: Options, where: string): Promi
     if (!(error instanceof TollgateError && error.code === 'not_found')) throw error;
     // As with a keys file, an account that does not exist yet is added (checked as the admin
     // API checks it), unless the key could not be added to it anyway.
-    if (store.keyRecords().some((record) => record.id === options.key)) {
+    if (options.key !== undefined && store.findById(options.key) !== undefined) {
       throw new ConflictError('The key id is already in use');
     }
     await store.createAccount(accountId).catch(named('--account'));

@@ -119,6 +119,11 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     return this.ring.records();
   }
 
+  /** Keys in force. */
+  get size(): number {
+    return this.ring.size;
+  }
+
   findBySecretKey(secretKey: string): KeyRecord | undefined {
     return this.ring.findBySecretKey(secretKey);
   }

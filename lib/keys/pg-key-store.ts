@@ -209,6 +209,11 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     return this.loaded;
   }
 
+  /** Keys in force. */
+  get size(): number {
+    return this.ring.size;
+  }
+
   state(): PgKeyStoreState {
     const reason = this.syncFault ?? this.listenFault;
     return {
