@@ -44,7 +44,7 @@ export interface CompactMemoryStoreOptions {
   maxPackedCount?: number;
 }
 
-type CompactKey = string | number;
+export type CompactKey = string | number;
 
 interface Generation {
   /** Window starts are stored as milliseconds after this. */
@@ -242,10 +242,17 @@ export class CompactMemoryStore implements Store {
   }
 
   private compactKey(key: string): CompactKey {
-    const prefix = this.ipv4KeyPrefix;
-    if (prefix.length > 0 && !key.startsWith(prefix)) return key;
-    return ipv4Number(key, prefix.length) ?? key;
+    return compactKey(key, this.ipv4KeyPrefix);
   }
+}
+
+/**
+ * `key` as a map key that retains little: the 32-bit number of its canonical IPv4 address when it
+ * is `ipv4KeyPrefix` and one, else `key` itself. Distinct keys stay distinct.
+ */
+export function compactKey(key: string, ipv4KeyPrefix: string): CompactKey {
+  if (ipv4KeyPrefix.length > 0 && !key.startsWith(ipv4KeyPrefix)) return key;
+  return ipv4Number(key, ipv4KeyPrefix.length) ?? key;
 }
 
 function emptyGeneration(base: number): Generation {

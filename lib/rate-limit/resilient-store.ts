@@ -1,5 +1,5 @@
 import type { IncrementResponse, Options, Store } from 'express-rate-limit';
-import { CompactMemoryStore } from './compact-memory-store';
+import { type CompactKey, CompactMemoryStore, compactKey } from './compact-memory-store';
 import type { RedisHealth } from './redis-health';
 
 /**
@@ -39,7 +39,9 @@ export class ResilientStore implements Store {
   readonly localKeys = false;
   readonly prefix: string | undefined;
   private readonly local: CompactMemoryStore;
-  private readonly blocked = new Map<string, number>();
+  /** Reset times of keys over their limit, by `compactKey()`: an IPv4 client is a number. */
+  private readonly blocked = new Map<CompactKey, number>();
+  private readonly ipv4KeyPrefix: string;
   private readonly limit: number;
   private readonly expectedInstances: number;
   private readonly maxBlockedKeys: number;
@@ -51,7 +53,8 @@ export class ResilientStore implements Store {
     this.maxBlockedKeys = options.maxBlockedKeys ?? DEFAULT_MAX_BLOCKED_KEYS;
     this.prefix = options.prefix;
     this.now = options.now ?? Date.now;
-    this.local = new CompactMemoryStore({ ipv4KeyPrefix: options.ipv4KeyPrefix });
+    this.ipv4KeyPrefix = options.ipv4KeyPrefix ?? 'ip:';
+    this.local = new CompactMemoryStore({ ipv4KeyPrefix: this.ipv4KeyPrefix });
   }
 
   async init(options: Options): Promise<void> {
@@ -61,10 +64,11 @@ export class ResilientStore implements Store {
 
   /** When `key` is known to be over its limit: the time its window resets (ms since epoch). */
   blockedUntil(key: string): number | undefined {
-    const until = this.blocked.get(key);
+    const compact = compactKey(key, this.ipv4KeyPrefix);
+    const until = this.blocked.get(compact);
     if (until === undefined) return undefined;
     if (until > this.now()) return until;
-    this.blocked.delete(key);
+    this.blocked.delete(compact);
     return undefined;
   }
 
@@ -88,7 +92,7 @@ export class ResilientStore implements Store {
   }
 
   async resetKey(key: string): Promise<void> {
-    this.blocked.delete(key);
+    this.blocked.delete(compactKey(key, this.ipv4KeyPrefix));
     this.local.resetKey(key);
     await this.withShared((store) => store.resetKey(key));
   }
@@ -123,11 +127,12 @@ export class ResilientStore implements Store {
 
   /** Full: the oldest entry goes (with fixed windows, insertion order is about expiry order). */
   private block(key: string, until: number): void {
-    this.blocked.delete(key);
+    const compact = compactKey(key, this.ipv4KeyPrefix);
+    this.blocked.delete(compact);
     if (this.blocked.size >= this.maxBlockedKeys) {
       const oldest = this.blocked.keys().next();
       if (oldest.done !== true) this.blocked.delete(oldest.value);
     }
-    this.blocked.set(key, until);
+    this.blocked.set(compact, until);
   }
 }
