@@ -114,6 +114,8 @@ export function createAuthFailureLimiter(
     limit: limit - 1,
     redis: options.redis,
     expectedInstances: options.expectedInstances,
+    // Its keys are bare addresses (`keyOf()`).
+    ipv4KeyPrefix: '',
   });
   void store.init({ windowMs } as Parameters<ResilientStore['init']>[0]);
   const shared = options.redis !== undefined;

@@ -1,11 +1,13 @@
-import { type IncrementResponse, MemoryStore, type Options, type Store } from 'express-rate-limit';
+import type { IncrementResponse, Options, Store } from 'express-rate-limit';
+import { type CompactKey, CompactMemoryStore, compactKey } from './compact-memory-store';
 import type { RedisHealth } from './redis-health';
 
 /**
  * An express-rate-limit `Store` that counts in a shared store (Redis) while it is healthy and in
  * process memory when it is not, so a Redis outage never becomes a payments outage:
  *
- * - no shared store configured: memory only, exact per process;
+ * - no shared store configured: memory only, exact per process (a `CompactMemoryStore`: what
+ *   express-rate-limit's `MemoryStore` counts, in a number per key);
  * - shared store down or failing: memory, the local count multiplied by `expectedInstances` so a
  *   fleet of N gateways still admits about the limit in total;
  * - a key found over its limit is remembered until its window resets and refused without asking
@@ -23,6 +25,11 @@ export interface ResilientStoreOptions {
   maxBlockedKeys?: number;
   /** Key prefix, for express-rate-limit's double-count check (`ERR_ERL_DOUBLE_COUNT`). */
   prefix?: string;
+  /**
+   * Keys that are this prefix and an IPv4 address are counted in memory as numbers (see
+   * `CompactMemoryStore`). Defaults to `ip:`, the kit's per-IP keys.
+   */
+  ipv4KeyPrefix?: string;
   now?: () => number;
 }
 
@@ -31,8 +38,10 @@ const DEFAULT_MAX_BLOCKED_KEYS = 100_000;
 export class ResilientStore implements Store {
   readonly localKeys = false;
   readonly prefix: string | undefined;
-  private readonly local = new MemoryStore();
-  private readonly blocked = new Map<string, number>();
+  private readonly local: CompactMemoryStore;
+  /** Reset times of keys over their limit, by `compactKey()`: an IPv4 client is a number. */
+  private readonly blocked = new Map<CompactKey, number>();
+  private readonly ipv4KeyPrefix: string;
   private readonly limit: number;
   private readonly expectedInstances: number;
   private readonly maxBlockedKeys: number;
@@ -44,6 +53,8 @@ export class ResilientStore implements Store {
     this.maxBlockedKeys = options.maxBlockedKeys ?? DEFAULT_MAX_BLOCKED_KEYS;
     this.prefix = options.prefix;
     this.now = options.now ?? Date.now;
+    this.ipv4KeyPrefix = options.ipv4KeyPrefix ?? 'ip:';
+    this.local = new CompactMemoryStore({ ipv4KeyPrefix: this.ipv4KeyPrefix });
   }
 
   async init(options: Options): Promise<void> {
@@ -53,17 +64,18 @@ export class ResilientStore implements Store {
 
   /** When `key` is known to be over its limit: the time its window resets (ms since epoch). */
   blockedUntil(key: string): number | undefined {
-    const until = this.blocked.get(key);
+    const compact = compactKey(key, this.ipv4KeyPrefix);
+    const until = this.blocked.get(compact);
     if (until === undefined) return undefined;
     if (until > this.now()) return until;
-    this.blocked.delete(key);
+    this.blocked.delete(compact);
     return undefined;
   }
 
   async increment(key: string): Promise<IncrementResponse> {
     const until = this.blockedUntil(key);
     if (until !== undefined) return { totalHits: this.limit + 1, resetTime: new Date(until) };
-    const result = (await this.incrementShared(key)) ?? (await this.incrementLocal(key));
+    const result = (await this.incrementShared(key)) ?? this.incrementLocal(key);
     if (result.totalHits > this.limit && result.resetTime !== undefined) {
       this.block(key, result.resetTime.getTime());
     }
@@ -76,12 +88,12 @@ export class ResilientStore implements Store {
       await store.decrement(key);
       return true;
     });
-    if (done !== true) await this.local.decrement(key);
+    if (done !== true) this.local.decrement(key);
   }
 
   async resetKey(key: string): Promise<void> {
-    this.blocked.delete(key);
-    await this.local.resetKey(key);
+    this.blocked.delete(compactKey(key, this.ipv4KeyPrefix));
+    this.local.resetKey(key);
     await this.withShared((store) => store.resetKey(key));
   }
 
@@ -94,8 +106,8 @@ export class ResilientStore implements Store {
     return this.withShared((store) => store.increment(key));
   }
 
-  private async incrementLocal(key: string): Promise<IncrementResponse> {
-    const result = await this.local.increment(key);
+  private incrementLocal(key: string): IncrementResponse {
+    const result = this.local.increment(key);
     const scale = this.options.shared === undefined ? 1 : this.expectedInstances;
     return { totalHits: result.totalHits * scale, resetTime: result.resetTime };
   }
@@ -115,11 +127,12 @@ export class ResilientStore implements Store {
 
   /** Full: the oldest entry goes (with fixed windows, insertion order is about expiry order). */
   private block(key: string, until: number): void {
-    this.blocked.delete(key);
+    const compact = compactKey(key, this.ipv4KeyPrefix);
+    this.blocked.delete(compact);
     if (this.blocked.size >= this.maxBlockedKeys) {
       const oldest = this.blocked.keys().next();
       if (oldest.done !== true) this.blocked.delete(oldest.value);
     }
-    this.blocked.set(key, until);
+    this.blocked.set(compact, until);
   }
 }

@@ -14,12 +14,15 @@ export function createScopeStore(options: {
   limit: number;
   redis: LimiterRedis | undefined;
   expectedInstances: number | undefined;
+  /** Keys that are this prefix and an IPv4 address are counted in memory as numbers. */
+  ipv4KeyPrefix?: string;
 }): ResilientStore {
   const { prefix, redis } = options;
   return new ResilientStore({
     limit: options.limit,
     prefix,
     expectedInstances: options.expectedInstances,
+    ipv4KeyPrefix: options.ipv4KeyPrefix,
     shared:
       redis === undefined
         ? undefined

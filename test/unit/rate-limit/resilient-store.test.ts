@@ -257,6 +257,21 @@ describe('ResilientStore over the limit', () => {
     expect(store.blockedUntil('b')).toBeUndefined();
   });
 
+  it('tells apart per-IP keys kept as numbers from their look-alikes, in memory and blocked', async () => {
+    const { store } = await harness({}, false);
+    const keys = ['ip:203.0.113.9', '203.0.113.9', 'ip:203.0.113.09', 'account:203.0.113.9'];
+    await hits(store, 'ip:203.0.113.9', LIMIT + 1);
+    expect(store.blockedUntil('ip:203.0.113.9')).toBeDefined();
+    for (const key of keys.slice(1)) {
+      expect(store.blockedUntil(key)).toBeUndefined();
+      expect((await store.increment(key)).totalHits).toBe(1);
+    }
+    await store.resetKey('ip:203.0.113.9');
+    expect(store.blockedUntil('ip:203.0.113.9')).toBeUndefined();
+    expect((await store.increment('ip:203.0.113.9')).totalHits).toBe(1);
+    expect((await store.increment('203.0.113.9')).totalHits).toBe(2);
+  });
+
   it('does not block a key at exactly the limit', async () => {
     const { store } = await harness();
     await hits(store, 'k', LIMIT);

@@ -1,0 +1,298 @@
+import type { ClientRateLimitInfo, IncrementResponse, Options, Store } from 'express-rate-limit';
+
+/**
+ * express-rate-limit's `MemoryStore`, with the same answers in a fraction of its memory: a key
+ * costs one entry of a `Map` from key to number, with no object, `Date` or timer of its own.
+ *
+ * What it keeps, and why it is small (measured in BENCHMARKS.md, case (j)):
+ *
+ * - Two generations of `Map<key, number>`, `current` and `previous`, swapped once per window as
+ *   MemoryStore swaps its two maps: a key touched moves to `current`; `previous` is dropped whole
+ *   when the next window begins, by then holding only keys whose windows are over. The swaps are a
+ *   function of the clock (at `init()` time plus whole windows), done by whichever call comes
+ *   first after one is due, or by one unref'd timer per store when nothing comes.
+ * - The number is the key's hit count and the start of its window, packed: `count * M + offset`,
+ *   where `offset` is the start in milliseconds after the generation's base (the start of the
+ *   window before the generation's) and `M` the power of two above twice the window. For a
+ *   60-second window and up to 16,383 hits that is below 2^31, which V8 keeps inline in the map
+ *   (a Smi), not as a heap number.
+ * - A key that is a canonical dotted-quad IPv4 address after `ipv4KeyPrefix` (`ip:203.0.113.7`)
+ *   is kept as its 32-bit number, not as the string: the request's key string is not retained.
+ *   Every other key (accounts, IPv6 networks, other shapes) stays a string. Only canonical text
+ *   maps to a number and every number comes from one text, so distinct keys stay distinct.
+ *
+ * Same semantics as MemoryStore (test/unit/rate-limit/compact-memory-store.test.ts runs both on
+ * random sequences): exact counts, each key's window starting at its first hit (or its first
+ * decrement, which creates a key with no hits, as MemoryStore does), `resetTime` as a `Date`,
+ * `decrement` never below zero, `resetKey`, `resetAll`, `get`. Differences: a second `init()`
+ * forgets every count (MemoryStore keeps them across its restarted timer), and a clock that goes
+ * back by more than a window starts new windows at the generation's base, a few milliseconds
+ * later than MemoryStore would (never earlier).
+ */
+
+export interface CompactMemoryStoreOptions {
+  /**
+   * Keys made of this prefix and a canonical IPv4 address are kept as numbers. Defaults to `ip:`,
+   * the kit's per-IP keys; `''` for keys that are bare addresses.
+   */
+  ipv4KeyPrefix?: string;
+  now?: () => number;
+  /**
+   * Hit counts above this are kept exactly in a second map of their generation. Defaults to the
+   * most the packed number holds exactly (2^36 - 1 for a 60-second window); tests lower it.
+   */
+  maxPackedCount?: number;
+}
+
+export type CompactKey = string | number;
+
+interface Generation {
+  /** Window starts are stored as milliseconds after this. */
+  readonly base: number;
+  readonly packed: Map<CompactKey, number>;
+  /** Exact counts of keys whose packed count reads `maxPackedCount`. Rarely used. */
+  readonly wide: Map<CompactKey, number>;
+}
+
+interface Entry {
+  count: number;
+  start: number;
+}
+
+/** The most the packed number may hold: every integer up to it is exact in a double. */
+const MAX_EXACT = 2 ** 53;
+/** About 35 years, which leaves room for 2^11 - 1 hits in the packed number. */
+const MAX_WINDOW_MS = 2 ** 40;
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+export class CompactMemoryStore implements Store {
+  readonly localKeys = true;
+  private readonly ipv4KeyPrefix: string;
+  private readonly now: () => number;
+  private readonly maxPackedCountOption: number | undefined;
+  private windowMs = 0;
+  /** Multiplier of the count in the packed number: a power of two above twice the window. */
+  private scale = 1;
+  private maxPackedCount = 0;
+  /** The time of `init()`: generations begin at `epoch + n * windowMs`. */
+  private epoch = 0;
+  /** The window number of `current`. */
+  private generation = 0;
+  private current: Generation = emptyGeneration(0);
+  private previous: Generation = emptyGeneration(0);
+  private interval: NodeJS.Timeout | undefined;
+  /** A scratch entry, reused by every call (the store never awaits). */
+  private readonly entry: Entry = { count: 0, start: 0 };
+
+  constructor(options: CompactMemoryStoreOptions = {}) {
+    this.ipv4KeyPrefix = options.ipv4KeyPrefix ?? 'ip:';
+    this.now = options.now ?? (() => Date.now());
+    this.maxPackedCountOption = options.maxPackedCount;
+  }
+
+  init(options: Pick<Options, 'windowMs'>): void {
+    const windowMs = options.windowMs;
+    if (!Number.isInteger(windowMs) || windowMs < 1 || windowMs > MAX_WINDOW_MS) {
+      throw new RangeError(
+        `CompactMemoryStore: windowMs must be a whole number from 1 to ${MAX_WINDOW_MS}, got ${windowMs}`,
+      );
+    }
+    this.windowMs = windowMs;
+    this.scale = 2 ** Math.ceil(Math.log2(2 * windowMs + 1));
+    const exactMax = MAX_EXACT / this.scale - 1;
+    const wanted = this.maxPackedCountOption ?? exactMax;
+    if (!Number.isInteger(wanted) || wanted < 1 || wanted > exactMax) {
+      throw new RangeError(`CompactMemoryStore: maxPackedCount must be from 1 to ${exactMax}`);
+    }
+    this.maxPackedCount = wanted;
+    this.epoch = this.now();
+    this.generation = 0;
+    this.current = emptyGeneration(this.epoch - windowMs);
+    this.previous = emptyGeneration(this.epoch - 2 * windowMs);
+    if (this.interval !== undefined) clearInterval(this.interval);
+    // Frees the keys of a window that is over when no call comes to do it. The swaps follow the
+    // clock, so a timer that fires more often than once a window (the longest timer Node keeps is
+    // about 24.8 days) or late changes nothing but when memory is freed.
+    this.interval = setInterval(
+      () => {
+        this.rotate(this.now());
+      },
+      Math.min(windowMs, MAX_TIMER_MS),
+    );
+    this.interval.unref();
+  }
+
+  get(key: string): ClientRateLimitInfo | undefined {
+    const now = this.now();
+    this.rotate(now);
+    const compact = this.compactKey(key);
+    const entry = this.entry;
+    if (!this.read(this.current, compact, entry) && !this.read(this.previous, compact, entry)) {
+      return undefined;
+    }
+    if (entry.start + this.windowMs <= now) return undefined;
+    return { totalHits: entry.count, resetTime: new Date(entry.start + this.windowMs) };
+  }
+
+  increment(key: string): IncrementResponse {
+    const now = this.now();
+    const compact = this.compactKey(key);
+    const entry = this.touch(compact, now);
+    if (entry.start + this.windowMs <= now) {
+      entry.count = 0;
+      entry.start = this.startAt(now);
+    }
+    entry.count += 1;
+    this.write(this.current, compact, entry);
+    return { totalHits: entry.count, resetTime: new Date(entry.start + this.windowMs) };
+  }
+
+  decrement(key: string): void {
+    const now = this.now();
+    const compact = this.compactKey(key);
+    const entry = this.touch(compact, now);
+    if (entry.count > 0) entry.count -= 1;
+    this.write(this.current, compact, entry);
+  }
+
+  resetKey(key: string): void {
+    const compact = this.compactKey(key);
+    remove(this.current, compact);
+    remove(this.previous, compact);
+  }
+
+  resetAll(): void {
+    this.current = emptyGeneration(this.current.base);
+    this.previous = emptyGeneration(this.previous.base);
+  }
+
+  shutdown(): void {
+    if (this.interval !== undefined) clearInterval(this.interval);
+    this.interval = undefined;
+    this.resetAll();
+  }
+
+  /** Keys kept, for tests and diagnostics: those of both generations, expired or not. */
+  get size(): number {
+    return this.current.packed.size + this.previous.packed.size;
+  }
+
+  /**
+   * MemoryStore's `getClient()`: the key's entry, moved to `current` if it was in `previous`, or
+   * created with no hits and a window starting now. Read into the scratch entry, not yet written.
+   */
+  private touch(compact: CompactKey, now: number): Entry {
+    this.rotate(now);
+    const entry = this.entry;
+    if (this.read(this.current, compact, entry)) return entry;
+    if (this.read(this.previous, compact, entry)) {
+      remove(this.previous, compact);
+      // A window that is over can be stored at `current`'s base: over for good, and its count is
+      // never read again (the next increment starts a new window). A live one starts after that
+      // base unless the clock went back, when it is moved to the base: a later reset, never earlier.
+      if (entry.start + this.windowMs <= now) {
+        entry.count = 0;
+        entry.start = this.current.base;
+      } else if (entry.start < this.current.base) {
+        entry.start = this.current.base;
+      }
+      return entry;
+    }
+    entry.count = 0;
+    entry.start = this.startAt(now);
+    return entry;
+  }
+
+  /** A window starting `now`; no earlier than the generation's base if the clock went back. */
+  private startAt(now: number): number {
+    return Math.max(now, this.current.base);
+  }
+
+  private read(generation: Generation, compact: CompactKey, entry: Entry): boolean {
+    const packed = generation.packed.get(compact);
+    if (packed === undefined) return false;
+    const offset = packed % this.scale;
+    const count = (packed - offset) / this.scale;
+    entry.start = generation.base + offset;
+    entry.count = count === this.maxPackedCount ? (generation.wide.get(compact) ?? count) : count;
+    return true;
+  }
+
+  private write(generation: Generation, compact: CompactKey, entry: Entry): void {
+    const offset = entry.start - generation.base;
+    if (entry.count >= this.maxPackedCount) {
+      generation.packed.set(compact, this.maxPackedCount * this.scale + offset);
+      generation.wide.set(compact, entry.count);
+      return;
+    }
+    generation.packed.set(compact, entry.count * this.scale + offset);
+    if (generation.wide.size > 0) generation.wide.delete(compact);
+  }
+
+  /** Swaps generations as MemoryStore's timer would have by `now`: once per window gone by. */
+  private rotate(now: number): void {
+    if (this.windowMs === 0) throw new Error('CompactMemoryStore: init() was not called');
+    const due = Math.floor((now - this.epoch) / this.windowMs);
+    if (due <= this.generation) return;
+    const base = this.epoch + (due - 1) * this.windowMs;
+    this.previous =
+      due === this.generation + 1 ? this.current : emptyGeneration(base - this.windowMs);
+    this.current = emptyGeneration(base);
+    this.generation = due;
+  }
+
+  private compactKey(key: string): CompactKey {
+    return compactKey(key, this.ipv4KeyPrefix);
+  }
+}
+
+/**
+ * `key` as a map key that retains little: the 32-bit number of its canonical IPv4 address when it
+ * is `ipv4KeyPrefix` and one, else `key` itself. Distinct keys stay distinct.
+ */
+export function compactKey(key: string, ipv4KeyPrefix: string): CompactKey {
+  if (ipv4KeyPrefix.length > 0 && !key.startsWith(ipv4KeyPrefix)) return key;
+  return ipv4Number(key, ipv4KeyPrefix.length) ?? key;
+}
+
+function emptyGeneration(base: number): Generation {
+  return { base, packed: new Map(), wide: new Map() };
+}
+
+function remove(generation: Generation, compact: CompactKey): void {
+  if (generation.packed.delete(compact) && generation.wide.size > 0) {
+    generation.wide.delete(compact);
+  }
+}
+
+/**
+ * The canonical dotted-quad IPv4 address in `text` from `from` to its end, as a signed 32-bit
+ * number (a Smi for V8); `undefined` for anything else, leading zeros and empty parts included.
+ */
+export function ipv4Number(text: string, from = 0): number | undefined {
+  const end = text.length;
+  if (end - from < 7 || end - from > 15) return undefined;
+  let value = 0;
+  let octet = 0;
+  let digits = 0;
+  let dots = 0;
+  for (let i = from; i < end; i++) {
+    const code = text.charCodeAt(i);
+    if (code === 46) {
+      if (digits === 0 || dots === 3) return undefined;
+      value = (value << 8) | octet;
+      octet = 0;
+      digits = 0;
+      dots += 1;
+    } else if (code >= 48 && code <= 57) {
+      if (digits > 0 && octet === 0) return undefined;
+      octet = octet * 10 + (code - 48);
+      digits += 1;
+      if (octet > 255) return undefined;
+    } else {
+      return undefined;
+    }
+  }
+  if (digits === 0 || dots !== 3) return undefined;
+  return (value << 8) | octet;
+}
