@@ -97,6 +97,11 @@ export async function migrateDatabase(url: string, shown: string): Promise<void>
   );
 }
 
+function idInUse(store: PgKeyStore, keyId: string): boolean {
+  for (const record of store.keyRecords()) if (record.id === keyId) return true;
+  return false;
+}
+
 async function list(store: PgKeyStore): Promise<void> {
   for (const account of await store.listAccounts()) {
     printAccount(
@@ -129,7 +134,8 @@ async function create(store: PgKeyStore, options: Options, where: string): Promi
     if (!(error instanceof TollgateError && error.code === 'not_found')) throw error;
     // As with a keys file, an account that does not exist yet is added (checked as the admin
     // API checks it), unless the key could not be added to it anyway.
-    if (options.key !== undefined && store.findById(options.key) !== undefined) {
+    // A walk of the listing, not findById(): a lookup counts as a use of the key (last_used_at).
+    if (options.key !== undefined && idInUse(store, options.key)) {
       throw new ConflictError('The key id is already in use');
     }
     await store.createAccount(accountId).catch(named('--account'));

@@ -104,7 +104,7 @@ describeWithPostgres('PostgreSQL key store', () => {
     it('PgKeyStore.open refuses an unmigrated database', async () => {
       const url = await server.createDatabase('unmigrated');
       await expect(PgKeyStore.open({ connectionString: url })).rejects.toThrow(
-        /run the migrations first \(npm run migrate\)/,
+        /run the migrations first \(tollgate-keys migrate, or npm run migrate in a checkout\)/,
       );
     });
   });
