@@ -1,6 +1,6 @@
 import type { RequestHandler } from 'express';
 import { Client } from 'undici';
-import { errorBody, type KeyStore, NotReadyError } from '../lib';
+import { errorBody, faultName, type KeyStore, NotReadyError } from '../lib';
 
 /**
  * `GET /readyz` (contract 13), on the main and the admin listener: whether this instance should
@@ -139,7 +139,7 @@ export class UpstreamProbe {
       up = !NOT_SERVING.has(answer.statusCode);
       if (!up) reason = `answered ${answer.statusCode}`;
     } catch (error) {
-      reason = describe(error);
+      reason = faultName(error);
     }
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
     this.current = {
@@ -248,14 +248,4 @@ export function createReadiness(options: ReadinessOptions): Readiness {
   };
 
   return { report, handler };
-}
-
-/** A short, safe description of a probe failure: an error code or class name. */
-function describe(error: unknown): string {
-  if (typeof error === 'object' && error !== null) {
-    const code = (error as { code?: unknown }).code;
-    if (typeof code === 'string') return code;
-    if (error instanceof Error) return error.name;
-  }
-  return 'unknown error';
 }

@@ -222,3 +222,16 @@ export class NotReadyError extends TollgateError {
     super(503, 'not_ready', message);
   }
 }
+
+/**
+ * A short, safe description of a fault for logs and readiness: its error code or class name,
+ * never a library's full message (which may hold an address, a URL or a credential).
+ */
+export function faultName(error: unknown): string {
+  if (typeof error === 'object' && error !== null) {
+    const code = (error as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+    if (error instanceof Error) return error.name;
+  }
+  return 'unknown error';
+}

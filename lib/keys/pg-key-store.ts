@@ -1,6 +1,5 @@
 import type { Client, ClientConfig, Notification, Pool } from 'pg';
 import { IpWhitelist } from '../core/ip-whitelist';
-import type { Role } from '../core/roles';
 import { requireOptional } from '../optional-module';
 import type { Logger } from '../types';
 import type { KeyEnvironment } from './key-format';
@@ -8,6 +7,7 @@ import type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-reco
 import { type AccountRow, type KeyRow, LiveKeyRing, type RingChanges } from './live-key-ring';
 import { PackedKeyRing } from './packed-key-ring';
 import { type BuiltRing, buildRing } from './ring-build';
+import type { AccountSql as RingAccountSql, KeySql as RingKeySql } from './ring-sources';
 import * as admin from './pg-key-admin';
 import type * as views from './pg-key-views';
 import type { MigrationResult } from './pg-key-views';
@@ -66,21 +66,8 @@ export interface PgKeyStoreState {
   readonly keys: number;
 }
 
-interface AccountSql {
-  id: string;
-  ip_whitelist: string[] | null;
-  version: string;
-}
-interface KeySql {
-  id: string;
-  account_id: string;
-  role: Role;
-  publishable_key: string;
-  secret_sha256: Buffer;
-  expires_at: Date | null;
-  revoked_at: Date | null;
-  version: string;
-}
+type AccountSql = RingAccountSql & { version: string };
+type KeySql = RingKeySql & { version: string };
 interface DeletionSql {
   table_name: string;
   id: string;

@@ -56,11 +56,13 @@ function fromFile(path: string): BuiltRing {
 
 const PAGE = 20_000;
 
-interface AccountSql {
+/** An `accounts` row as the key store reads it (pg-key-store.ts adds its `version`). */
+export interface AccountSql {
   id: string;
   ip_whitelist: string[] | null;
 }
-interface KeySql {
+/** A `keys` row as the key store reads it (pg-key-store.ts adds its `version`). */
+export interface KeySql {
   id: string;
   account_id: string;
   role: Role;

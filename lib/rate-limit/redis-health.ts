@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { faultName } from '../errors';
 
 /**
  * Whether the shared (Redis) counters can be used right now. Limiters ask `usable` before each
@@ -69,7 +70,7 @@ export class RedisHealth extends EventEmitter<RedisHealthEvents> {
     return this.client.status === 'ready' && this.now() >= this.coolDownUntil;
   }
 
-  failed(error: unknown, reason: string = describe(error)): void {
+  failed(error: unknown, reason: string = faultName(error)): void {
     this.coolDownUntil = this.now() + this.coolDownMs;
     if (this.degradedSince !== undefined) return;
     this.degradedSince = this.now();
@@ -81,14 +82,4 @@ export class RedisHealth extends EventEmitter<RedisHealthEvents> {
     this.degradedSince = undefined;
     this.emit('change', 'shared', undefined);
   }
-}
-
-/** A short, safe description: an error code or class name, never a library's full message. */
-function describe(error: unknown): string {
-  if (typeof error === 'object' && error !== null) {
-    const code = (error as { code?: unknown }).code;
-    if (typeof code === 'string') return code;
-    if (error instanceof Error) return error.name;
-  }
-  return 'unknown error';
 }
