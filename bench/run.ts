@@ -213,6 +213,16 @@ function log(message: string): void {
   process.stderr.write(`bench: ${message}\n`);
 }
 
+/**
+ * With BENCH_CPU_PROFILE=<dir>, every gateway writes a V8 CPU profile there when it stops (250 µs
+ * sampling); `node dist/bench/profile-groups.js <dir>/*.cpuprofile` groups it by library.
+ */
+function profileFlags(script: string): string[] {
+  const dir = process.env.BENCH_CPU_PROFILE;
+  if (dir === undefined || dir === '' || !script.endsWith('server.js')) return [];
+  return ['--cpu-prof', `--cpu-prof-dir=${dir}`, '--cpu-prof-interval=250'];
+}
+
 /** How a measured case is run. */
 interface MeasureOptions {
   readonly expected: Expectation;
@@ -254,7 +264,7 @@ class Bench {
   /** Starts `<dist>/<script>` with only the given environment (plus PATH and NODE_ENV=production). */
   node(name: string, script: string, env: Record<string, string>, dist = DIST): Child {
     return this.track(
-      startChild(name, process.execPath, [path.join(dist, script)], {
+      startChild(name, process.execPath, [...profileFlags(script), path.join(dist, script)], {
         PATH: process.env.PATH ?? '',
         NODE_ENV: 'production',
         ...env,

@@ -11,7 +11,7 @@ import {
   writeKeysFile,
 } from './generate';
 import { type BenchPostgres, loadRows, revokeKey, startPostgres, touchEveryKey } from './postgres';
-import { startStream, type Waits, waitsBetween } from './traffic';
+import { startStreamProcess, type Waits, waitsBetween } from './traffic';
 
 /**
  * `npm run bench:keys`: the key ring at scale (issue 18). For each population size it generates
@@ -234,7 +234,7 @@ async function duringChange(
   change: () => Promise<void>,
   done: () => Promise<number>,
 ): Promise<{ waits: Waits; before: Waits; changeMs: number; loop: LoopDelay }> {
-  const stream = startStream(`${gateway.url}${WALLETS}`, headerSets, rate);
+  const stream = await startStreamProcess(`${gateway.url}${WALLETS}`, headerSets, rate);
   await sleep(2000);
   await gateway.loopDelay();
   const startedAt = performance.now();
@@ -275,7 +275,7 @@ async function main(): Promise<void> {
     writeKeysFile(baseFile, baseRows);
     const base = await Gateway.start('baseline', { TOLLGATE_KEYS_FILE: baseFile });
     await base.readyWith(sampledSecret(0));
-    const warm = startStream(
+    const warm = await startStreamProcess(
       `${base.url}${WALLETS}`,
       [{ authorization: `Bearer ${sampledSecret(0)}` }],
       rate,
@@ -308,7 +308,7 @@ async function main(): Promise<void> {
         log(`file: ${fmt(bytes / MB)} MiB written; starting the gateway`);
         const gateway = await Gateway.start('file gateway', { TOLLGATE_KEYS_FILE: file });
         const readyMs = await gateway.readyWith(first);
-        const stream = startStream(`${gateway.url}${WALLETS}`, traffic, rate);
+        const stream = await startStreamProcess(`${gateway.url}${WALLETS}`, traffic, rate);
         await sleep(2000);
         await stream.stop();
         const loaded = await gateway.memory();
@@ -349,7 +349,7 @@ async function main(): Promise<void> {
           const a = await Gateway.start('database gateway A', { TOLLGATE_DATABASE_URL: url });
           gateways.push(a);
           const readyMs = await a.readyWith(first);
-          const stream = startStream(`${a.url}${WALLETS}`, traffic, rate);
+          const stream = await startStreamProcess(`${a.url}${WALLETS}`, traffic, rate);
           await sleep(2000);
           await stream.stop();
           const loaded = await a.memory();

@@ -1,4 +1,6 @@
+import { fork } from 'node:child_process';
 import http from 'node:http';
+import path from 'node:path';
 import { percentile } from '../paced';
 
 /**
@@ -64,6 +66,44 @@ export function startStream(
       await Promise.all(pending);
       agent.destroy();
       return results;
+    },
+  };
+}
+
+/**
+ * `startStream` in a child process (traffic-child.ts), so that nothing the bench's own process
+ * does (its garbage collections over a million generated keys) delays a request. Resolves once
+ * the stream is sending; `stop()` gives the requests in this process's `performance.now()` clock.
+ */
+export async function startStreamProcess(
+  url: string,
+  headerSets: readonly Readonly<Record<string, string>>[],
+  rate: number,
+): Promise<Stream> {
+  const child = fork(path.join(__dirname, 'traffic-child.js'), [], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const next = (): Promise<unknown> =>
+    new Promise((resolve, reject) => {
+      child.once('message', resolve);
+      child.once('exit', (code) => {
+        reject(new Error(`the traffic process exited with ${code}`));
+      });
+    });
+  const started = next();
+  child.send({ url, headerSets, rate });
+  await started;
+  return {
+    async stop() {
+      const answer = next();
+      child.send('stop');
+      const sent = (await answer) as [number, number, number][];
+      const origin = performance.timeOrigin;
+      return sent.map(([dueAt, doneAt, status]) => ({
+        dueAt: dueAt - origin,
+        doneAt: doneAt - origin,
+        status,
+      }));
     },
   };
 }

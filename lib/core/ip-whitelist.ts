@@ -91,3 +91,23 @@ export class IpWhitelist {
     return this.ranges;
   }
 }
+
+/**
+ * Parses the whitelists of one load, sharing one `IpWhitelist` between equal lists: a ring of a
+ * million accounts where many carry the same list parses each distinct list once. Only lists that
+ * parsed are kept, so a bad list is refused, naming its own position, wherever it appears.
+ */
+export class WhitelistParser {
+  private readonly parsed = new Map<string, IpWhitelist>();
+
+  parse(entries: unknown, where?: string): IpWhitelist {
+    if (!Array.isArray(entries)) return IpWhitelist.parse(entries, where);
+    const text = JSON.stringify(entries);
+    let list = this.parsed.get(text);
+    if (list === undefined) {
+      list = IpWhitelist.parse(entries, where);
+      this.parsed.set(text, list);
+    }
+    return list;
+  }
+}

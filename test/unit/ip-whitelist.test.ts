@@ -1,6 +1,6 @@
 import type { NextFunction, Request, Response } from 'express';
 import { ConfigurationError, IpNotWhitelistedError } from '../../lib/errors';
-import { IP_WHITELIST_MEMO_SIZE, IpWhitelist } from '../../lib/core/ip-whitelist';
+import { IP_WHITELIST_MEMO_SIZE, IpWhitelist, WhitelistParser } from '../../lib/core/ip-whitelist';
 import { generateKey } from '../../lib/keys/key-format';
 import { KeyRing, sha256 } from '../../lib/keys/key-store';
 import { type IpWhitelistOptions, requireWhitelistedIp } from '../../lib/express/access';
@@ -276,5 +276,31 @@ describe('IpWhitelist decisions memo', () => {
     expect(whitelistAfter?.allows('127.0.0.2')).toBe(false);
     expect(whitelistAfter?.allows('127.0.10.9')).toBe(false);
     expect(whitelistAfter?.allows('127.0.0.3')).toBe(true);
+  });
+});
+
+describe('WhitelistParser (one load of many accounts)', () => {
+  it('parses each distinct list once: equal lists share one whitelist', () => {
+    const parser = new WhitelistParser();
+    const first = parser.parse(['10.0.0.0/8', '2001:db8::/32'], 'accounts[0].ipWhitelist');
+    const again = parser.parse(['10.0.0.0/8', '2001:db8::/32'], 'accounts[7].ipWhitelist');
+    const other = parser.parse(['10.0.0.0/8'], 'accounts[8].ipWhitelist');
+    expect(again).toBe(first);
+    expect(other).not.toBe(first);
+    expect(other.entries()).toEqual(['10.0.0.0/8']);
+  });
+
+  it('refuses a bad list wherever it appears, naming that place', () => {
+    const parser = new WhitelistParser();
+    expect(() => parser.parse(['10.0.0.1/8'], 'accounts[1].ipWhitelist')).toThrow(
+      /^accounts\[1\]\.ipWhitelist\[0\] "10\.0\.0\.1\/8" has host bits set/,
+    );
+    expect(() => parser.parse(['10.0.0.1/8'], 'accounts[2].ipWhitelist')).toThrow(
+      /^accounts\[2\]\.ipWhitelist\[0\]/,
+    );
+    expect(() => parser.parse([], 'accounts[3].ipWhitelist')).toThrow(/accounts\[3\].*is empty/);
+    expect(() => parser.parse('10.0.0.0/8', 'accounts[4].ipWhitelist')).toThrow(
+      /accounts\[4\]\.ipWhitelist: must be an array/,
+    );
   });
 });
