@@ -13,9 +13,11 @@ import {
   type Logger,
   methodNotAllowed,
   notFound,
+  NotFoundError,
   type PgKeyStore,
   refuseMalformedRequests,
   requestId,
+  type ScopeUsage,
   sha256,
   TollgateError,
 } from '../lib';
@@ -45,12 +47,30 @@ export interface AdminAppOptions {
   readonly readiness?: Readiness | undefined;
   /** `GET /metrics` (no token: bind the admin listener where only operators reach it). */
   readonly metrics?: Pick<GatewayMetrics, 'text' | 'contentType'> | undefined;
+  /**
+   * `GET /admin/v1/accounts/:id/usage`: an account's use of its per-account scopes, read from the
+   * counters that decide (the gateway's `usage()`); `undefined`: the route answers 404.
+   */
+  readonly usage?: AccountUsage | undefined;
 }
+
+/** An account's use of its per-account scopes, given its limit overrides. */
+export type AccountUsage = (
+  accountId: string,
+  limits?: Readonly<Record<string, number>>,
+) => Promise<ScopeUsage[]>;
 
 /** What the admin routes need of a key store that takes writes (the database store). */
 export type KeyManager = Pick<
   PgKeyStore,
-  'listAccounts' | 'createAccount' | 'setIpWhitelist' | 'createKey' | 'setRole' | 'roll' | 'revoke'
+  | 'listAccounts'
+  | 'createAccount'
+  | 'setIpWhitelist'
+  | 'setLimits'
+  | 'createKey'
+  | 'setRole'
+  | 'roll'
+  | 'revoke'
 >;
 
 export type AdminApp = Express & { shutdown(): void };
@@ -62,10 +82,17 @@ const ADMIN_FAILURE_LIMIT = 20;
 const ADMIN_ROUTES = [
   { method: 'GET', path: '/admin/v1/accounts', action: 'accounts.list', writes: false },
   { method: 'POST', path: '/admin/v1/accounts', action: 'accounts.create', writes: true },
+  { method: 'GET', path: '/admin/v1/accounts/:id/usage', action: 'accounts.usage', writes: false },
   {
     method: 'PUT',
     path: '/admin/v1/accounts/:id/ip-whitelist',
     action: 'accounts.set_ip_whitelist',
+    writes: true,
+  },
+  {
+    method: 'PUT',
+    path: '/admin/v1/accounts/:id/limits',
+    action: 'accounts.set_limits',
     writes: true,
   },
   { method: 'POST', path: '/admin/v1/accounts/:id/keys', action: 'keys.create', writes: true },
@@ -102,10 +129,12 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
   if (options.tokenSha256 !== undefined) {
     const authorised = adminToken(options.tokenSha256, failures);
     const readBody = jsonBody({ limit: '16kb' });
-    const handlers =
-      options.manager === undefined
+    const handlers = {
+      ...(options.manager === undefined
         ? fileHandlers(directory, options.readOnlyReason)
-        : databaseHandlers(options.manager);
+        : databaseHandlers(options.manager)),
+      'accounts.usage': usageHandler(directory, options.usage, options.manager),
+    };
     for (const route of ADMIN_ROUTES) {
       const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch';
       router[method](
@@ -159,9 +188,70 @@ function adminToken(
 }
 
 type Action = (typeof ADMIN_ROUTES)[number]['action'];
+/** The actions served by the key store; usage is read from the limits' counters. */
+type StoreAction = Exclude<Action, 'accounts.usage'>;
+
+/**
+ * `GET /admin/v1/accounts/:id/usage` (contract 16): every per-account scope of the account in the
+ * current window, spending nothing. The account's limit overrides come from its keys in force; an
+ * account without keys is found in the database, and an unknown one answers 404.
+ */
+function usageHandler(
+  directory: KeyDirectory,
+  usage: AccountUsage | undefined,
+  manager: KeyManager | undefined,
+): RequestHandler {
+  return function accountUsage(req, res, next) {
+    const id = typeof req.params.id === 'string' ? req.params.id : '';
+    if (usage === undefined) {
+      next(new NotFoundError());
+      return;
+    }
+    const found = accountLimits(directory, id);
+    const known =
+      found !== undefined || manager === undefined
+        ? Promise.resolve(found)
+        : manager
+            .listAccounts()
+            .then((accounts) =>
+              accounts.some((account) => account.id === id) ? { limits: undefined } : undefined,
+            );
+    known
+      .then(async (account) => {
+        if (account === undefined) throw new NotFoundError();
+        const scopes = await usage(id, account.limits);
+        res.json({
+          account_id: id,
+          scopes: scopes.map((scope) => ({
+            scope: scope.scope,
+            limit: scope.limit,
+            remaining: scope.remaining,
+            reset_seconds: scope.resetSeconds,
+          })),
+        });
+      })
+      .catch((error: unknown) => {
+        next(error instanceof TollgateError ? error : new DatabaseUnavailableError());
+      });
+  };
+}
+
+/** The account's limit overrides as its keys in force carry them; `undefined`: no such key. */
+function accountLimits(
+  directory: KeyDirectory,
+  accountId: string,
+): { limits: KeyRecord['limits'] } | undefined {
+  for (const record of directory.keyRecords()) {
+    if (record.accountId === accountId) return { limits: record.limits };
+  }
+  return undefined;
+}
 
 /** With a keys file: the keys in force are listed, every write is refused. */
-function fileHandlers(directory: KeyDirectory, reason: string): Record<Action, RequestHandler> {
+function fileHandlers(
+  directory: KeyDirectory,
+  reason: string,
+): Record<StoreAction, RequestHandler> {
   const refuse: RequestHandler = (_req, _res, next) => {
     next(new ConflictError(reason));
   };
@@ -171,6 +261,7 @@ function fileHandlers(directory: KeyDirectory, reason: string): Record<Action, R
     },
     'accounts.create': refuse,
     'accounts.set_ip_whitelist': refuse,
+    'accounts.set_limits': refuse,
     'keys.create': refuse,
     'keys.set_role': refuse,
     'keys.roll': refuse,
@@ -183,7 +274,7 @@ function fileHandlers(directory: KeyDirectory, reason: string): Record<Action, R
  * misspelt field must not be silently ignored), calls the store, which validates the values with
  * the keys file's rules and answers once the change is in force here, and renders the result.
  */
-function databaseHandlers(manager: KeyManager): Record<Action, RequestHandler> {
+function databaseHandlers(manager: KeyManager): Record<StoreAction, RequestHandler> {
   const run =
     (
       status: number,
@@ -214,8 +305,10 @@ function databaseHandlers(manager: KeyManager): Record<Action, RequestHandler> {
         keys: account.keys.map(keyView),
       })),
     })),
-    'accounts.create': run(201, ['id', 'ip_whitelist'], async ({ body }) =>
-      accountView(await manager.createAccount(body.id, body.ip_whitelist ?? undefined)),
+    'accounts.create': run(201, ['id', 'ip_whitelist', 'limits'], async ({ body }) =>
+      accountView(
+        await manager.createAccount(body.id, body.ip_whitelist ?? undefined, body.limits),
+      ),
     ),
     'accounts.set_ip_whitelist': run(200, ['entries'], async ({ id, body }) => {
       if (!Object.hasOwn(body, 'entries')) {
@@ -224,6 +317,14 @@ function databaseHandlers(manager: KeyManager): Record<Action, RequestHandler> {
         );
       }
       return accountView(await manager.setIpWhitelist(id, body.entries));
+    }),
+    'accounts.set_limits': run(200, ['limits'], async ({ id, body }) => {
+      if (!Object.hasOwn(body, 'limits')) {
+        throw new InvalidRequestError(
+          'limits: an object of scope name to requests per minute, or null for the defaults',
+        );
+      }
+      return accountView(await manager.setLimits(id, body.limits));
     }),
     'keys.create': run(201, ['role', 'id', 'expires_at'], async ({ id, body }) =>
       newKeyView(
@@ -280,6 +381,7 @@ function accountView(account: StoredAccount): Omit<AccountView, 'keys'> {
   return {
     id: account.id,
     ip_whitelist: account.ipWhitelist === null ? null : [...account.ipWhitelist],
+    limits: account.limits === null ? null : { ...account.limits },
   };
 }
 
@@ -339,6 +441,8 @@ function methodsByPath(): Map<string, string[]> {
 interface AccountView {
   readonly id: string;
   readonly ip_whitelist: readonly string[] | null;
+  /** The account's own limits per scope (contract 16); `null`: every scope at its default. */
+  readonly limits: Readonly<Record<string, number>> | null;
   readonly keys: KeyView[];
 }
 
@@ -366,6 +470,7 @@ function accountViews(records: Iterable<KeyRecord>): AccountView[] {
       account = {
         id: record.accountId,
         ip_whitelist: record.ipWhitelist === undefined ? null : [...record.ipWhitelist.entries()],
+        limits: record.limits === undefined ? null : { ...record.limits },
         keys: [],
       };
       accounts.set(record.accountId, account);

@@ -16,6 +16,7 @@ import {
   requestId,
   type RoutePolicy,
   type ScopeDefinition,
+  type ScopeUsage,
   type SecurityEvent,
   type TokenService,
   tollgate,
@@ -63,6 +64,8 @@ export type GatewayApp = Express & {
   readonly upstreamChecked: Promise<void>;
   /** What `/metrics` on the admin listener shows. */
   readonly metrics: GatewayMetrics;
+  /** An account's use of its per-account scopes, from the counters that decide (contract 16). */
+  usage(accountId: string, limits?: Readonly<Record<string, number>>): Promise<ScopeUsage[]>;
 };
 
 export function createApp(options: AppOptions): GatewayApp {
@@ -249,6 +252,8 @@ export function createApp(options: AppOptions): GatewayApp {
   app.use(notFound());
   app.use(gate.errorHandler());
 
+  const usage: GatewayApp['usage'] = (accountId, accountLimits) =>
+    gate.usage(accountId, accountLimits);
   return Object.assign(app, {
     shutdown: () => {
       gate.close();
@@ -259,6 +264,7 @@ export function createApp(options: AppOptions): GatewayApp {
     readiness,
     upstreamChecked,
     metrics,
+    usage,
   });
 }
 

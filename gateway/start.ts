@@ -18,6 +18,7 @@ import type { GatewayConfig, RedisTarget } from './config';
 import { createGatewayServer } from './http-server';
 import { createDemoKeys, formatDemoCredentials } from './demo-keys';
 import { startStubUpstream } from './stub-upstream';
+import { GATEWAY_LIMIT_SCOPES } from './keys-cli/limit-scopes';
 
 /**
  * Starts the sample gateway from a validated configuration: keys, token service, Redis, the stub
@@ -54,13 +55,17 @@ export async function startGateway(
   let demo: ReturnType<typeof createDemoKeys> | undefined;
   if (config.databaseUrl !== undefined) {
     // Refuses to start (a ConfigurationError, one line) unless the database is migrated.
-    databaseStore = await PgKeyStore.open({ connectionString: config.databaseUrl, logger });
+    databaseStore = await PgKeyStore.open({
+      connectionString: config.databaseUrl,
+      logger,
+      limitScopes: GATEWAY_LIMIT_SCOPES,
+    });
     keyStore = databaseStore;
   } else if (config.keysFile === undefined) {
     demo = createDemoKeys();
     keyStore = demo.ring;
   } else {
-    fileStore = await FileKeyStore.load(config.keysFile);
+    fileStore = await FileKeyStore.load(config.keysFile, { limitScopes: GATEWAY_LIMIT_SCOPES });
     keyStore = fileStore;
   }
 
@@ -144,6 +149,7 @@ export async function startGateway(
           manager: databaseStore,
           readiness: app.readiness,
           metrics: app.metrics,
+          usage: (accountId, limits) => app.usage(accountId, limits),
           readOnlyReason:
             fileStore === undefined
               ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'

@@ -48,7 +48,28 @@ export {
   type ForwardAuthOptions,
   type ForwardAuthRoute,
 } from './express/forward-auth';
-export { ScopeCounter, type ScopeDefinition, type ScopeKey, type HeaderPair } from './core/limits';
+export {
+  accountKey,
+  admitAll,
+  readUsage,
+  ScopeCounter,
+  limitScopesOf,
+  type ScopeUsage,
+  type LimitFinding,
+  type LimitUse,
+  type ScopeDefinition,
+  type ScopeKey,
+  type HeaderPair,
+} from './core/limits';
+export {
+  AdmissionStore,
+  ADMIT_SCRIPT,
+  READ_SCRIPT,
+  LocalCounters,
+  type AdmissionOutcome,
+  type AdmissionStoreOptions,
+  type CounterRequest,
+} from './rate-limit/admission-store';
 export {
   presentedCredential,
   credentialResolver,
@@ -100,7 +121,10 @@ export {
   type KeyReadiness,
   type KeyRecord,
   type KeyStore,
+  type KeyStoreLimitOptions,
 } from './keys/key-store';
+export { MAX_ACCOUNT_LIMIT } from './keys/key-rules';
+export type { AccountLimits, LimitScopes } from './keys/key-record';
 export {
   PgKeyStore,
   NOTIFY_CHANNEL,

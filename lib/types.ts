@@ -17,6 +17,10 @@ export interface AuthContext {
   readonly tokenId?: string;
   /** The account's whitelist; `undefined` when its secret-key requests are not restricted. */
   readonly ipWhitelist?: IpWhitelist | undefined;
+  /** The account's own limits per scope (contract 16); `undefined`: the defaults. */
+  readonly limits?: Readonly<Record<string, number>> | undefined;
+  /** The key's permissions when it is restricted (contract 16); `undefined`: not restricted. */
+  readonly permissions?: ReadonlySet<string> | undefined;
 }
 
 /** The logging the kit needs; a pino logger fits. Objects logged never hold a secret. */

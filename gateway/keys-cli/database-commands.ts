@@ -13,11 +13,14 @@ import {
   environment,
   graceSeconds,
   type Options,
+  describeLimits,
+  limitsOption,
   printAccount,
   printPair,
   required,
   whitelistOption,
 } from './options';
+import { GATEWAY_LIMIT_SCOPES } from './limit-scopes';
 
 /**
  * The key command on the database (`--database-url`, or `TOLLGATE_DATABASE_URL`), through
@@ -35,6 +38,7 @@ const VERBS: Record<Exclude<CommandName, 'migrate'>, Verb> = {
   revoke,
   'set-role': setRole,
   'set-whitelist': setWhitelist,
+  'set-limits': setLimits,
   import: importFile,
   export: exportDocument,
 };
@@ -58,6 +62,7 @@ export async function runOnDatabase(
       // A short-lived command: the backstop and the last-used flush never need to run.
       pollIntervalMs: 3_600_000,
       lastUsedFlushMs: 3_600_000,
+      limitScopes: GATEWAY_LIMIT_SCOPES,
     });
   } catch (error) {
     throw new ConfigurationError(
@@ -115,6 +120,7 @@ async function list(store: PgKeyStore): Promise<void> {
         expiresAt: key.expiresAt?.toISOString(),
         lastUsedAt: key.lastUsedAt?.toISOString(),
       })),
+      account.limits,
     );
   }
 }
@@ -178,6 +184,14 @@ async function setWhitelist(store: PgKeyStore, options: Options, where: string):
   );
 }
 
+async function setLimits(store: PgKeyStore, options: Options, where: string): Promise<void> {
+  const accountId = required(options.account, 'set-limits', '--account <id>');
+  const account = await store.setLimits(accountId, limitsOption(options));
+  console.log(
+    `Account ${account.id} in ${where}: limits per minute ${describeLimits(account.limits)}. ${APPLIED}`,
+  );
+}
+
 async function importFile(store: PgKeyStore, options: Options, where: string): Promise<void> {
   const file = required(options.file, 'import', '--file <keys.json>: the keys file to import');
   if (!existsSync(file)) throw new ConfigurationError(`no file ${file}`);
@@ -188,7 +202,7 @@ async function importFile(store: PgKeyStore, options: Options, where: string): P
     throw new ConfigurationError(`${file} is not JSON: ${(error as Error).message}`);
   }
   // The keys file's own rules, so a fault names the file and the entry.
-  KeyRing.fromDocument(document, file);
+  KeyRing.fromDocument(document, file, { limitScopes: GATEWAY_LIMIT_SCOPES });
   let counts;
   try {
     counts = await store.import(document);

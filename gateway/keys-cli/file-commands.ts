@@ -14,11 +14,14 @@ import {
   graceSeconds,
   type NewPair,
   type Options,
+  describeLimits,
+  limitsOption,
   printAccount,
   printPair,
   required,
   whitelistOption,
 } from './options';
+import { GATEWAY_LIMIT_SCOPES } from './limit-scopes';
 
 /**
  * The key command on a keys file: it prints a new secret once and writes only its SHA-256. The
@@ -36,7 +39,12 @@ interface KeyEntry {
 }
 
 interface KeysDocument {
-  accounts: { id: string; ipWhitelist?: string[]; keys: KeyEntry[] }[];
+  accounts: {
+    id: string;
+    ipWhitelist?: string[];
+    limits?: Record<string, unknown>;
+    keys: KeyEntry[];
+  }[];
 }
 
 type Account = KeysDocument['accounts'][number];
@@ -49,6 +57,7 @@ const VERBS: Record<Exclude<CommandName, 'import' | 'export' | 'migrate'>, Verb>
   revoke,
   'set-role': setRole,
   'set-whitelist': setWhitelist,
+  'set-limits': setLimits,
 };
 
 export function runOnFile(command: CommandName, options: Options, file: string): void {
@@ -70,6 +79,7 @@ function list(document: KeysDocument): void {
         revoked: key.revoked === true,
         expiresAt: key.expiresAt,
       })),
+      account.limits as Readonly<Record<string, number>> | undefined,
     );
   }
 }
@@ -146,6 +156,24 @@ function setWhitelist(document: KeysDocument, options: Options, file: string): v
   );
 }
 
+function setLimits(document: KeysDocument, options: Options, file: string): void {
+  const accountId = required(options.account, 'set-limits', '--account <id>');
+  const account = document.accounts.find((candidate) => candidate.id === accountId);
+  if (account === undefined)
+    throw new ConfigurationError(`no account ${JSON.stringify(accountId)} in ${file}`);
+  const limits = limitsOption(options);
+  if (limits === null) {
+    delete account.limits;
+  } else {
+    // Checked against the gateway's scopes when the document is validated below.
+    account.limits = limits;
+  }
+  writeDocument(file, document);
+  console.log(
+    `Account ${account.id}: limits per minute ${describeLimits(account.limits as Record<string, number> | undefined)}, once the gateway reloads the file.`,
+  );
+}
+
 function addKeyPair(
   account: Account,
   role: string,
@@ -188,12 +216,12 @@ function environmentOf(publishableKey: string): KeyEnvironment {
 function readDocument(file: string): KeysDocument {
   if (!existsSync(file)) return { accounts: [] };
   const document = JSON.parse(readFileSync(file, 'utf8')) as KeysDocument;
-  KeyRing.fromDocument(document, file);
+  KeyRing.fromDocument(document, file, { limitScopes: GATEWAY_LIMIT_SCOPES });
   return document;
 }
 
 function writeDocument(file: string, document: KeysDocument): void {
-  KeyRing.fromDocument(document, file);
+  KeyRing.fromDocument(document, file, { limitScopes: GATEWAY_LIMIT_SCOPES });
   const temporary = `${file}.${process.pid}.tmp`;
   writeFileSync(temporary, `${JSON.stringify(document, null, 2)}\n`, { mode: 0o600 });
   renameSync(temporary, file);

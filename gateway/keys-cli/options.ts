@@ -10,6 +10,7 @@ export const USAGE = `usage: tollgate-keys <command> [--file keys.json | --datab
   revoke --key <id>
   set-role --key <id> --role <role>
   set-whitelist --account <id> --entries <a,b,...> | --none
+  set-limits --account <id> --limits <scope=n,...> | --none   the account's own limits per minute (payments, authenticated)
   import --file <keys.json>                        a keys file into the database, all or nothing
   export [--out <keys.json>]                       the database as a keys file (digests only), to stdout or --out
   migrate                                          applies the SQL migrations the database lacks (safe to repeat)
@@ -26,6 +27,7 @@ export const COMMAND_NAMES = [
   'revoke',
   'set-role',
   'set-whitelist',
+  'set-limits',
   'import',
   'export',
   'migrate',
@@ -47,6 +49,7 @@ export function parse(argv: string[]) {
       env: { type: 'string', default: 'test' },
       grace: { type: 'string' },
       entries: { type: 'string' },
+      limits: { type: 'string' },
       none: { type: 'boolean' },
       file: { type: 'string' },
       'database-url': { type: 'string' },
@@ -97,6 +100,40 @@ export function whitelistOption(options: Options): string[] | null {
   return (options.entries ?? '').split(',').map((entry) => entry.trim());
 }
 
+/**
+ * `--limits payments=6000,authenticated=300` as an object (the values checked by the store's rules,
+ * which name the scope); `--none` as `null` (every scope at its default); exactly one of them.
+ */
+export function limitsOption(options: Options): Record<string, unknown> | null {
+  if ((options.none === true) === (options.limits !== undefined)) {
+    throw new ConfigurationError(
+      'set-limits needs either --limits <scope=n,...> or --none (every scope at its default)',
+    );
+  }
+  if (options.none === true) return null;
+  const limits: Record<string, unknown> = {};
+  for (const entry of (options.limits ?? '').split(',')) {
+    const match = /^\s*([^=\s]+)\s*=\s*(\S*)\s*$/.exec(entry);
+    if (match?.[1] === undefined || match[2] === undefined) {
+      throw new ConfigurationError(
+        `--limits: ${JSON.stringify(entry.slice(0, 64))} is not scope=number (e.g. payments=6000)`,
+      );
+    }
+    limits[match[1]] = /^\d{1,16}$/.test(match[2]) ? Number(match[2]) : match[2];
+  }
+  return limits;
+}
+
+/** An account's limits as `list` and `set-limits` print them. */
+export function describeLimits(
+  limits: Readonly<Record<string, number>> | undefined | null,
+): string {
+  if (limits === undefined || limits === null) return 'defaults';
+  return Object.entries(limits)
+    .map(([scope, limit]) => `${scope}=${String(limit)}`)
+    .join(', ');
+}
+
 export interface NewPair {
   readonly id: string;
   readonly publishableKey: string;
@@ -127,10 +164,12 @@ export function printAccount(
   id: string,
   whitelist: readonly string[] | undefined,
   keys: readonly ListedKey[],
+  limits?: Readonly<Record<string, number>> | null,
 ): void {
   const now = Date.now();
+  const own = limits === undefined || limits === null ? '' : `, limits: ${describeLimits(limits)}`;
   console.log(
-    `${id}  (whitelist: ${whitelist === undefined ? 'any address' : whitelist.join(', ')})`,
+    `${id}  (whitelist: ${whitelist === undefined ? 'any address' : whitelist.join(', ')}${own})`,
   );
   for (const key of keys) {
     const state = key.revoked

@@ -294,6 +294,8 @@ export function contextOf(key: KeyRecord, credential: CredentialKind): AuthConte
     role: key.role,
     credential,
     ipWhitelist: key.ipWhitelist,
+    limits: key.limits,
+    permissions: key.permissions,
   };
 }
 

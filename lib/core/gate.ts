@@ -17,7 +17,17 @@ import { keyPairResolver } from './key-pair';
 import type { TokenService } from '../tokens/tokens';
 import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../types';
 import type { RequestFacts } from './facts';
-import { type HeaderPair, ScopeCounter, type ScopeDefinition } from './limits';
+import {
+  type AccountLimits,
+  admitAll,
+  type HeaderPair,
+  type LimitUse,
+  readUsage,
+  ScopeCounter,
+  type ScopeDefinition,
+  type ScopeUsage,
+} from './limits';
+import { AdmissionStore } from '../rate-limit/admission-store';
 
 /**
  * The decision core (no Express, no HTTP objects): `decide(facts, policy)` says whether a request
@@ -29,7 +39,9 @@ import { type HeaderPair, ScopeCounter, type ScopeDefinition } from './limits';
  * 3. the credential, against the key store as it is now (revocations and role changes apply to
  *    tokens already issued);
  * 4. the account's IP whitelist (a refusal counts against the budget), then the route's role;
- * 5. the limits: a publishable key's per-IP cap first (contract 8), then the route's scope;
+ * 5. the limits, all or nothing in one store call (contract 16): a publishable key's cap per
+ *    client IP (contract 8, counted per account and IP) and the route's scope; a refusal by one
+ *    spends none of the others;
  * 6. shadow mode: a limit scope or an account's whitelist in shadow adds a finding to an allowed
  *    decision instead of refusing (never credentials, roles or the failed-authentication budget).
  *
@@ -98,8 +110,9 @@ export interface RoutePolicy<Name extends string = string> {
   /** The scope every allowed request counts against. */
   readonly limit: Name;
   /**
-   * A scope that requests made with a publishable key count against first, per client IP, so one
-   * browser cannot spend the account's whole `limit` (contract 8). Defaults to none.
+   * A per-IP scope that requests made with a publishable key also count against, per account and
+   * client IP, so one browser cannot spend the account's whole `limit` (contract 8); both are
+   * admitted all or nothing. `limit` must then count per account. Defaults to none.
    */
   readonly publishableLimit?: Name | undefined;
   /** Apply the account's IP whitelist to secret keys and tokens. Defaults to `true`. */
@@ -120,10 +133,10 @@ export interface CompiledPolicy {
   readonly role: Role | undefined;
   /** @internal */
   readonly whitelist: boolean;
-  /** @internal */
-  readonly scope: ScopeCounter;
-  /** @internal */
-  readonly publishableScope: ScopeCounter | undefined;
+  /** @internal The limits of a request made with a secret key or a token. */
+  readonly limits: readonly LimitUse[];
+  /** @internal The limits of a request made with a publishable key (its cap first). */
+  readonly publishableLimits: readonly LimitUse[];
 }
 
 export type Decision =
@@ -158,6 +171,12 @@ export interface Gate<Name extends string = string> {
   refuseEarly(facts: RequestFacts, policy: CompiledPolicy): Decision | undefined;
   /** Where limits are counted now. */
   rateLimitState(): 'memory' | 'shared' | 'degraded';
+  /**
+   * An account's use of every per-account scope in the current window, read from the counters
+   * that decide (Redis, or memory while it is unusable) without spending any (contract 16).
+   * `limits`: the account's overrides, as a key of the account carries them.
+   */
+  usage(accountId: string, limits?: AccountLimits): Promise<ScopeUsage[]>;
   /** Stops timers. The Redis connection is the caller's. */
   close(): void;
   readonly authFailures: AuthFailureLimiter;
@@ -189,7 +208,10 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       'tollgate: scope name "auth-failures" is the failure budget\'s own',
     );
   }
+  assertLimitScopes(options.keyStore, options.scopes);
   const prefix = options.redisPrefix ?? DEFAULT_PREFIX;
+  // One store for every scope: a request meeting several is admitted in one step.
+  const store = new AdmissionStore({ windowMs, redis: options.redis, expectedInstances });
   const scopes = new Map<string, ScopeCounter>();
   for (const [name, definition] of Object.entries(options.scopes)) {
     scopes.set(
@@ -201,6 +223,7 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
         prefix,
         redis: options.redis,
         expectedInstances,
+        store,
       }),
     );
   }
@@ -241,6 +264,15 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       spec.publishableLimit === undefined
         ? undefined
         : scopeNamed(spec.publishableLimit, `${where} publishableLimit`);
+    if (publishableScope !== undefined && (scope.per !== 'account' || publishableScope === scope)) {
+      // The cap protects an account's budget, and shares its Redis hash slot.
+      throw new ConfigurationError(
+        `${where} publishableLimit: another scope than limit, which must count per account`,
+      );
+    }
+    const limits: LimitUse[] = [limitUse(scope, false)];
+    const publishableLimits: LimitUse[] =
+      publishableScope === undefined ? limits : [limitUse(publishableScope, true), ...limits];
     const role = spec.role === undefined ? undefined : parseRole(spec.role, `${where} role`);
     let resolve: (facts: RequestFacts) => AuthContext;
     let readsBody: boolean;
@@ -274,10 +306,20 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       role,
       minimumRank: role === undefined ? undefined : roleRank(role),
       whitelist: spec.ipWhitelist ?? true,
-      scope,
-      publishableScope,
+      limits,
+      publishableLimits,
     };
   };
+
+  const limitUse = (scope: ScopeCounter, perAccountIp: boolean): LimitUse => ({
+    scope,
+    perAccountIp,
+    enforced: !shadowScopes.has(scope.name),
+  });
+
+  const accountScopes = [...scopes.values()].filter((scope) => scope.per === 'account');
+  const usage = (accountId: string, limits?: AccountLimits): Promise<ScopeUsage[]> =>
+    readUsage(store, accountScopes, accountId, limits);
 
   /** Steps 2 and 3, under the failure budget. */
   const authenticate = (facts: RequestFacts, compiled: CompiledPolicy): Promise<AuthContext> =>
@@ -334,23 +376,17 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       refuseCredentialsInQuery(facts, keyStore, onSecurityEvent);
       auth = await authenticate(facts, compiled);
       authorise(facts, compiled, auth, findings);
-      // Step 5: the per-IP cap of publishable keys first, so its refusal spends nothing of the account's.
-      const scopesMet =
-        auth.credential === 'publishable' && compiled.publishableScope !== undefined
-          ? [compiled.publishableScope, compiled.scope]
-          : [compiled.scope];
-      for (const scope of scopesMet) {
-        const admission = await scope.admit(auth, facts.clientIp);
-        if (shadowScopes.has(scope.name)) {
-          // Counted as if enforced, so the counts are right the day it is; nothing sent.
-          if (admission.error !== undefined) {
-            findings.push({ rule: 'limit', scope: scope.name, error: admission.error });
-          }
-          continue;
-        }
-        headers.push(...admission.headers);
-        if (admission.error !== undefined) throw admission.error;
-      }
+      // Step 5: every limit the request meets, all or nothing, in one store call. Shadow scopes
+      // are counted as if enforced, so the counts are right the day they are; nothing is sent.
+      const refusal = await admitAll(
+        store,
+        auth.credential === 'publishable' ? compiled.publishableLimits : compiled.limits,
+        auth,
+        facts.clientIp,
+        headers,
+        findings,
+      );
+      if (refusal !== undefined) throw refusal;
       return findings.length === 0
         ? { allowed: true, auth, headers }
         : { allowed: true, auth, headers, shadow: findings };
@@ -379,12 +415,34 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
     decide,
     refuseEarly,
     rateLimitState: () => (options.redis === undefined ? 'memory' : options.redis.health.state),
+    usage,
     close: () => {
-      for (const scope of scopes.values()) scope.store.shutdown();
+      store.shutdown();
       authFailures.store.shutdown();
     },
     authFailures,
   };
+}
+
+/**
+ * An account's limits apply to the gate's per-account scopes only: a key store that accepts
+ * overrides of a scope the gate does not count per account would have them silently unused, so
+ * such a store is refused at creation. A store that does not say (`limitScopes` absent) is taken
+ * as it is: an override of a scope the gate does not declare is never read, and one of a per-IP
+ * scope would set that IP counter's limit by the account of the request (documented: check them).
+ */
+function assertLimitScopes(keyStore: KeyStore, scopes: Scopes): void {
+  const declared = keyStore.limitScopes;
+  if (declared === undefined) return;
+  for (const [name, per] of Object.entries(declared)) {
+    if (per !== 'account') continue;
+    const scope = Object.hasOwn(scopes, name) ? scopes[name] : undefined;
+    if (scope === undefined || (scope.per ?? 'account') !== 'account') {
+      throw new ConfigurationError(
+        `tollgate: keyStore limitScopes: ${JSON.stringify(name)} ${scope === undefined ? 'is not a declared scope' : 'is counted per ip here'}; the store must accept overrides of the gate's per-account scopes only`,
+      );
+    }
+  }
 }
 
 /** A refusal of the contract (4xx), as opposed to a fault. */

@@ -1,16 +1,28 @@
 import { createHash } from 'node:crypto';
-import { ipKeyGenerator, type Options } from 'express-rate-limit';
+import { ipKeyGenerator } from 'express-rate-limit';
 import { ConfigurationError, RateLimitedError } from '../errors';
 import type { LimiterRedis } from '../rate-limit/window';
-import type { ResilientStore } from '../rate-limit/resilient-store';
-import { createScopeStore } from '../rate-limit/scope-store';
+import {
+  AdmissionStore,
+  type CounterRequest,
+  type LocalCounters,
+} from '../rate-limit/admission-store';
+import type { CounterReading } from '../rate-limit/compact-memory-store';
 import type { AuthContext } from '../types';
 
+/** Per-account limit overrides: scope name to requests per window. */
+export type AccountLimits = Readonly<Record<string, number>>;
+
 /**
- * The limit scopes of the decision core: fixed windows counted in a `ResilientStore` (Redis with
- * rate-limit-redis while it is healthy, express-rate-limit's memory store otherwise), with the
- * keys, the IETF draft-8 `RateLimit` headers and the `Retry-After` that express-rate-limit's own
- * middleware would give, so the store and the wire are the same whichever door counted.
+ * The limit scopes of the decision core: fixed windows counted all-or-nothing in an
+ * `AdmissionStore` (one Redis script call per request while Redis is usable, process memory
+ * otherwise), with the IETF draft-8 `RateLimit` headers and a `Retry-After` never earlier than
+ * the real reset. Each request carries its own limit: the account's override, else the scope's.
+ *
+ * Keys: `account:{<account id>}` for a per-account scope and `ip:<address or /56>` for a per-IP
+ * one; the per-IP cap on publishable keys (contract 8) counts per account and client IP,
+ * `account:{<account id>}:ip:<address>`, under the account's Redis Cluster hash tag, so every key
+ * of one request is in one slot and one script call checks them all.
  */
 
 /** What a scope counts: the authenticated account, or the client IP (IPv6 by /56 network). */
@@ -23,7 +35,29 @@ export interface ScopeDefinition {
   readonly per?: ScopeKey;
 }
 
+/**
+ * What the key stores check an account's `limits` against (`limitScopes`): each scope's `per`, from
+ * the same definitions `tollgate({ scopes })` takes.
+ */
+export function limitScopesOf(
+  scopes: Readonly<Record<string, ScopeDefinition>>,
+): Readonly<Record<string, ScopeKey>> {
+  const per: Record<string, ScopeKey> = {};
+  for (const [name, definition] of Object.entries(scopes)) per[name] = definition.per ?? 'account';
+  return per;
+}
+
 export type HeaderPair = readonly [name: string, value: string];
+
+/** One per-account scope as an account has used it in the current window. */
+export interface ScopeUsage {
+  readonly scope: string;
+  /** The account's limit: its override, else the scope's. */
+  readonly limit: number;
+  readonly remaining: number;
+  /** Whole seconds until the window resets, rounded up; a whole window when it has not begun. */
+  readonly resetSeconds: number;
+}
 
 export interface Admission {
   readonly admitted: boolean;
@@ -41,6 +75,11 @@ export interface ScopeCounterOptions {
   readonly prefix: string;
   readonly redis: LimiterRedis | undefined;
   readonly expectedInstances: number | undefined;
+  /**
+   * The store shared by the scopes that one request may meet together, so that they are admitted
+   * in one step. Defaults to a store of this scope's own (built from `redis`).
+   */
+  readonly store?: AdmissionStore | undefined;
   readonly now?: () => number;
 }
 
@@ -48,9 +87,10 @@ export class ScopeCounter {
   readonly name: string;
   readonly limit: number;
   readonly per: ScopeKey;
-  readonly store: ResilientStore;
-  private readonly windowMs: number;
-  private readonly windowSeconds: number;
+  readonly store: AdmissionStore;
+  /** @internal This scope's counters in this process. */
+  readonly counters: LocalCounters;
+  readonly windowSeconds: number;
   private readonly now: () => number;
 
   constructor(options: ScopeCounterOptions) {
@@ -70,55 +110,183 @@ export class ScopeCounter {
     this.name = name;
     this.limit = definition.limit;
     this.per = per;
-    this.windowMs = windowMs;
     this.windowSeconds = Math.ceil(windowMs / 1000);
     this.now = options.now ?? Date.now;
-    this.store = createScopeStore({
-      prefix: `${options.prefix}${name}:`,
-      limit: this.limit,
-      redis: options.redis,
-      expectedInstances: options.expectedInstances,
-    });
-    void this.store.init({ windowMs } as Options);
+    this.store =
+      options.store ??
+      new AdmissionStore({
+        windowMs,
+        redis: options.redis,
+        expectedInstances: options.expectedInstances,
+        now: options.now,
+      });
+    this.counters = this.store.countersFor(`${options.prefix}${name}:`);
   }
 
-  /** The counter key, as the kit's `createRateLimiter()` names it in Redis. */
-  keyOf(auth: AuthContext | undefined, clientIp: string | undefined): string {
-    if (this.per === 'account' && auth !== undefined) return `account:${auth.accountId}`;
-    return `ip:${ipKeyGenerator(clientIp ?? 'unknown', 56)}`;
+  /** The limit of this scope for this request: the account's own (contract 16), else the scope's. */
+  limitFor(auth: Pick<AuthContext, 'limits'> | undefined): number {
+    return auth?.limits?.[this.name] ?? this.limit;
   }
 
-  /** Counts one request; refuses it when the window's count is over the limit. */
-  async admit(auth: AuthContext | undefined, clientIp: string | undefined): Promise<Admission> {
-    const key = this.keyOf(auth, clientIp);
-    const { totalHits, resetTime } = await this.store.increment(key);
-    const now = this.now();
-    const resetSeconds =
-      resetTime === undefined
-        ? this.windowSeconds
-        : Math.max(0, Math.ceil((resetTime.getTime() - now) / 1000));
-    const headers: HeaderPair[] = [
-      ['RateLimit', `"${this.name}"; r=${Math.max(this.limit - totalHits, 0)}; t=${resetSeconds}`],
-      [
-        'RateLimit-Policy',
-        `"${this.name}"; q=${this.limit}; w=${this.windowSeconds}; pk=:${partitionKey(key)}:`,
-      ],
-    ];
-    if (totalHits <= this.limit) return { admitted: true, headers };
-    const retryAfter = Math.max(
-      1,
-      Math.ceil(((resetTime?.getTime() ?? now + this.windowMs) - now) / 1000),
-    );
+  /**
+   * The counter key: `account:{id}` or `ip:<address>`; with `perAccountIp` (the cap on
+   * publishable keys), `account:{id}:ip:<address>`, in the account's hash slot.
+   */
+  keyOf(auth: AuthContext | undefined, clientIp: string | undefined, perAccountIp = false): string {
+    if (auth !== undefined && (this.per === 'account' || perAccountIp)) {
+      const account = accountKey(auth.accountId);
+      return this.per === 'account' ? account : `${account}:${ipKey(clientIp)}`;
+    }
+    return ipKey(clientIp);
+  }
+
+  /** The request for this scope's counter, with the request's own limit. */
+  request(
+    auth: AuthContext | undefined,
+    clientIp: string | undefined,
+    perAccountIp = false,
+    enforced = true,
+  ): CounterRequest {
     return {
-      admitted: false,
-      headers,
-      error: new RateLimitedError(retryAfter, {}, this.name),
+      counter: this.counters,
+      key: this.keyOf(auth, clientIp, perAccountIp),
+      limit: this.limitFor(auth),
+      enforced,
     };
   }
+
+  /** The `RateLimit` and `RateLimit-Policy` headers of a reading, appended to `headers`. */
+  appendHeaders(headers: HeaderPair[], request: CounterRequest, reading: CounterReading): void {
+    headers.push(
+      [
+        'RateLimit',
+        `"${this.name}"; r=${Math.max(request.limit - reading.count, 0)}; t=${this.secondsUntil(reading.resetAt, 0)}`,
+      ],
+      [
+        'RateLimit-Policy',
+        `"${this.name}"; q=${request.limit}; w=${this.windowSeconds}; pk=:${partitionKey(request.key)}:`,
+      ],
+    );
+  }
+
+  /** The refusal of a request this scope had no room for: `Retry-After` rounded up, at least 1. */
+  refusal(reading: CounterReading): RateLimitedError {
+    return new RateLimitedError(this.secondsUntil(reading.resetAt, 1), {}, this.name);
+  }
+
+  /** Counts one request in this scope alone; refuses it, counting nothing, when it has no room. */
+  async admit(auth: AuthContext | undefined, clientIp: string | undefined): Promise<Admission> {
+    const request = this.request(auth, clientIp);
+    const { refusedAt, readings } = await this.store.admit([request]);
+    const reading = readings[0] ?? { count: request.limit + 1, resetAt: this.now() };
+    const headers: HeaderPair[] = [];
+    this.appendHeaders(headers, request, reading);
+    if (refusedAt < 0) return { admitted: true, headers };
+    return { admitted: false, headers, error: this.refusal(reading) };
+  }
+
+  /** Whole seconds from now until `resetAt`, rounded up: never earlier than the reset. */
+  secondsUntil(resetAt: number, atLeast: number): number {
+    return Math.max(atLeast, Math.ceil((resetAt - this.now()) / 1000));
+  }
+}
+
+/** The key of an account's counters: `account:{id}`, the id being its Redis Cluster hash tag. */
+export function accountKey(accountId: string): string {
+  return `account:{${accountId}}`;
+}
+
+function ipKey(clientIp: string | undefined): string {
+  return `ip:${ipKeyGenerator(clientIp ?? 'unknown', 56)}`;
 }
 
 /** express-rate-limit's `pk`: a hash that tells counted keys apart without revealing them. */
 function partitionKey(key: string): string {
   const hex = createHash('sha256').update(key).digest('hex').slice(0, 12);
   return Buffer.from(hex).toString('base64');
+}
+
+/** One limit a request meets, compiled once per route policy. */
+export interface LimitUse {
+  readonly scope: ScopeCounter;
+  /** Counted per account and client IP: the per-IP cap on publishable keys (contract 8). */
+  readonly perAccountIp: boolean;
+  /** `false` for a scope in shadow mode: counted as if enforced, its refusal refuses nothing. */
+  readonly enforced: boolean;
+}
+
+/** A scope in shadow mode that would have refused a request. */
+export interface LimitFinding {
+  readonly rule: 'limit';
+  readonly scope: string;
+  readonly error: RateLimitedError;
+}
+
+/**
+ * Admits a request against every limit it meets, all or nothing, in one call of `store`: it
+ * counts in every limit only if each enforced one has room, and in none otherwise (contract 16).
+ * Admitted: the headers of every enforced limit are appended, and each shadow limit without room
+ * is added to `findings`. Refused: the refusal of the first limit without room, and its headers alone.
+ */
+export async function admitAll(
+  store: AdmissionStore,
+  uses: readonly LimitUse[],
+  auth: AuthContext | undefined,
+  clientIp: string | undefined,
+  headers: HeaderPair[],
+  findings: { push(finding: LimitFinding): unknown },
+): Promise<RateLimitedError | undefined> {
+  const requests = uses.map((use) =>
+    use.scope.request(auth, clientIp, use.perAccountIp, use.enforced),
+  );
+  const { refusedAt, readings } = await store.admit(requests);
+  const refused = uses[refusedAt];
+  const refusedRequest = requests[refusedAt];
+  const refusedReading = readings[refusedAt];
+  if (refused !== undefined && refusedRequest !== undefined && refusedReading !== undefined) {
+    refused.scope.appendHeaders(headers, refusedRequest, refusedReading);
+    return refused.scope.refusal(refusedReading);
+  }
+  for (let i = 0; i < uses.length; i++) {
+    const use = uses[i];
+    const request = requests[i];
+    const reading = readings[i];
+    if (use === undefined || request === undefined || reading === undefined) continue;
+    if (use.enforced) use.scope.appendHeaders(headers, request, reading);
+    else if (reading.count > request.limit) {
+      findings.push({ rule: 'limit', scope: use.scope.name, error: use.scope.refusal(reading) });
+    }
+  }
+  return undefined;
+}
+
+/**
+ * An account's use of `scopes` (per-account scopes) in the current window, at its own limits,
+ * read in one call of `store` without counting (contract 16).
+ */
+export async function readUsage(
+  store: AdmissionStore,
+  scopes: readonly ScopeCounter[],
+  accountId: string,
+  limits: AccountLimits | undefined,
+): Promise<ScopeUsage[]> {
+  const owner = { limits };
+  const key = accountKey(accountId);
+  const requests: CounterRequest[] = scopes.map((scope) => ({
+    counter: scope.counters,
+    key,
+    limit: scope.limitFor(owner),
+    enforced: true,
+  }));
+  const readings = await store.read(requests);
+  return scopes.map((scope, index) => {
+    const limit = requests[index]?.limit ?? scope.limit;
+    const reading = readings[index] ?? { count: 0, resetAt: 0 };
+    return {
+      scope: scope.name,
+      limit,
+      remaining: Math.max(limit - reading.count, 0),
+      resetSeconds: scope.secondsUntil(reading.resetAt, 0),
+    };
+  });
 }

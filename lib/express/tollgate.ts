@@ -9,6 +9,7 @@ import {
   type RoutePolicy,
   type Scopes,
 } from '../core/gate';
+import type { AccountLimits, ScopeUsage } from '../core/limits';
 import { DEFAULT_PUBLIC_KEY_HEADER } from '../core/credentials';
 import { errorHandler } from './error-handler';
 import { ConfigurationError } from '../errors';
@@ -79,6 +80,11 @@ export interface Tollgate<Name extends string = string> {
   /** Renders every error as the contract's JSON body; mount last. */
   errorHandler(): ErrorRequestHandler;
   rateLimitState(): 'memory' | 'shared' | 'degraded';
+  /**
+   * An account's use of each per-account scope in the current window, at its own limits, read from
+   * the counters that decide without spending any (contract 16): for an operator's page.
+   */
+  usage(accountId: string, limits?: AccountLimits): Promise<ScopeUsage[]>;
   /** Stops timers; the Redis connection is the caller's to close. */
   close(): void;
   /** The decision core, for other doors (forward-auth) and tests. */
@@ -240,6 +246,7 @@ export function tollgate<S extends Scopes>(
     cors: browserCors,
     errorHandler: () => errorHandler({ logger }),
     rateLimitState: () => gate.rateLimitState(),
+    usage: (accountId, limits) => gate.usage(accountId, limits),
     close: () => {
       gate.close();
     },

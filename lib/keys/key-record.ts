@@ -1,5 +1,8 @@
 import type { IpWhitelist } from '../core/ip-whitelist';
 import type { Role } from '../core/roles';
+import type { AccountLimits, ScopeKey } from '../core/limits';
+
+export type { AccountLimits };
 
 /** One API key pair as the server knows it. The secret itself is never held, only its SHA-256. */
 export interface KeyRecord {
@@ -13,7 +16,24 @@ export interface KeyRecord {
   readonly expiresAt?: number | undefined;
   /** The account's whitelist, shared by all its keys; `undefined`: not restricted. */
   readonly ipWhitelist: IpWhitelist | undefined;
+  /**
+   * The account's own limits per scope (contract 16), shared by all its keys (one object per
+   * distinct set); `undefined`: every scope at its default.
+   */
+  readonly limits?: AccountLimits | undefined;
+  /**
+   * What a restricted key may do (contract 16); `undefined`: all that its role allows. Looked up on
+   * every request, tokens included, so a change applies at once.
+   */
+  readonly permissions?: ReadonlySet<string> | undefined;
 }
+
+/**
+ * The limit scopes a key store knows, scope name to what the scope counts per, as the gate declares
+ * them (`tollgate({ scopes })`): an account may override the `'account'` ones only. The `'ip'`
+ * ones are named so that a refusal can say why.
+ */
+export type LimitScopes = Readonly<Record<string, ScopeKey>>;
 
 /**
  * Where keys are looked up: synchronously, in memory. A request never waits on a file or a
@@ -29,6 +49,11 @@ export interface KeyStore {
   findByKeyPair(publishableKey: string, secretKey: string): KeyRecord | undefined;
   findByPublishableKey(publishableKey: string): KeyRecord | undefined;
   findById(keyId: string): KeyRecord | undefined;
+  /**
+   * The limit scopes its accounts' `limits` were checked against, when it checks them (the kit's
+   * stores do): `tollgate()` refuses a store whose per-account scopes it does not count per account.
+   */
+  readonly limitScopes?: LimitScopes | undefined;
 }
 
 /**

@@ -1,5 +1,6 @@
 import { IpWhitelist } from '../core/ip-whitelist';
 import { ROLES, type Role, isRole } from '../core/roles';
+import type { AccountLimits, LimitScopes } from './key-record';
 import { keyShape } from './key-format';
 
 /**
@@ -79,4 +80,78 @@ function isCalendarDate(time: string): boolean {
   const [year, month, day] = time.slice(0, 10).split('-').map(Number);
   const daysInMonth = new Date(Date.UTC(year ?? 0, month ?? 0, 0)).getUTCDate();
   return (day ?? 0) <= daysInMonth;
+}
+
+/** The highest per-account limit (contract 16). */
+export const MAX_ACCOUNT_LIMIT = 1_000_000;
+
+/**
+ * An account's limit overrides (contract 16): an object of per-account scope to a whole number
+ * from 1 to 1,000,000. Every fault names the account and the scope. `{}` is no override at all
+ * (`undefined`); otherwise one frozen object, its scopes in name order, so equal sets compare by
+ * `limitsText()`.
+ */
+export function accountLimits(
+  value: unknown,
+  where: string,
+  account: string,
+  scopes: LimitScopes,
+  fail: Fail,
+): AccountLimits | undefined {
+  const owner = `account ${JSON.stringify(account)}`;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    return fail(where, `${owner}: must be an object of scope name to requests per minute`);
+  }
+  const names = Object.keys(value).sort();
+  if (names.length === 0) return undefined;
+  const limits: Record<string, number> = {};
+  for (const name of names) {
+    const scope = JSON.stringify(name.slice(0, 64));
+    const per = Object.hasOwn(scopes, name) ? scopes[name] : undefined;
+    if (per === undefined) {
+      const known = Object.keys(scopes).filter((known) => scopes[known] === 'account');
+      fail(
+        `${where}.${name.slice(0, 64)}`,
+        `${owner}: unknown scope ${scope}; scopes with per-account limits: ${known.join(', ') || 'none'}`,
+      );
+    }
+    if (per === 'ip') {
+      fail(
+        `${where}.${name}`,
+        `${owner}: scope ${scope} is counted per client IP and cannot be set per account`,
+      );
+    }
+    const limit = (value as Record<string, unknown>)[name];
+    if (
+      typeof limit !== 'number' ||
+      !Number.isInteger(limit) ||
+      limit < 1 ||
+      limit > MAX_ACCOUNT_LIMIT
+    ) {
+      fail(
+        `${where}.${name}`,
+        `${owner}: scope ${scope}: must be a whole number from 1 to ${MAX_ACCOUNT_LIMIT}`,
+      );
+    }
+    limits[name] = limit;
+  }
+  return Object.freeze(limits);
+}
+
+/** A canonical text of validated limits, `authenticated=300,payments=6000`: equal sets, equal text. */
+export function limitsText(limits: AccountLimits): string {
+  return Object.keys(limits)
+    .sort()
+    .map((name) => `${name}=${String(limits[name])}`)
+    .join(',');
+}
+
+/** The limits `limitsText()` wrote, as one frozen object. */
+export function limitsFromText(text: string): AccountLimits {
+  const limits: Record<string, number> = {};
+  for (const entry of text.split(',')) {
+    const split = entry.indexOf('=');
+    limits[entry.slice(0, split)] = Number(entry.slice(split + 1));
+  }
+  return Object.freeze(limits);
 }

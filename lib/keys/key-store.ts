@@ -1,4 +1,4 @@
-import type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-record';
+import type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore, LimitScopes } from './key-record';
 import { KeyIndex } from './key-index';
 import { parseKeysDocument } from './keys-file';
 import { PackedKeyRing } from './packed-key-ring';
@@ -8,17 +8,36 @@ export type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-reco
 
 export { sha256 } from './key-digest';
 
+/** Options of the kit's key stores (`FileKeyStore`, `PgKeyStore`, `KeyRing.fromDocument`). */
+export interface KeyStoreLimitOptions {
+  /**
+   * The gate's limit scopes, name to what each counts per (`{ payments: 'account', checkout:
+   * 'ip' }`): an account's `limits` may override the `'account'` ones; any other scope name, or an
+   * `'ip'` one, is a load error naming the account and the scope. Pass the same scopes as
+   * `tollgate({ scopes })` (`limitScopesOf(scopes)`). Defaults to none: no account may carry limits.
+   */
+  readonly limitScopes?: LimitScopes;
+}
+
 /** An immutable, indexed set of key records. */
 export class KeyRing implements KeyStore, KeyDirectory {
   private readonly index = new KeyIndex();
 
-  constructor(readonly records: readonly KeyRecord[]) {
+  constructor(
+    readonly records: readonly KeyRecord[],
+    readonly limitScopes?: LimitScopes,
+  ) {
     for (const record of records) this.index.add(record);
   }
 
   /** Parses a keys document (the JSON of the keys file); throws `ConfigurationError` on any fault. */
-  static fromDocument(document: unknown, source = 'keys file'): KeyRing {
-    return new KeyRing(parseKeysDocument(document, source));
+  static fromDocument(
+    document: unknown,
+    source = 'keys file',
+    options: KeyStoreLimitOptions = {},
+  ): KeyRing {
+    const scopes = options.limitScopes ?? {};
+    return new KeyRing(parseKeysDocument(document, source, scopes), scopes);
   }
 
   keyRecords(): readonly KeyRecord[] {
@@ -61,15 +80,22 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   /** Settles once the first read is done: rejects when it failed. */
   readonly firstLoad: Promise<void>;
 
-  private constructor(readonly path: string) {
+  /** The scopes an account's `limits` may name (see `KeyStoreLimitOptions`). */
+  readonly limitScopes: LimitScopes;
+
+  private constructor(
+    readonly path: string,
+    options: KeyStoreLimitOptions,
+  ) {
+    this.limitScopes = { ...(options.limitScopes ?? {}) };
     this.firstLoad = this.reload().then(() => {
       this.loaded = true;
     });
   }
 
   /** Reads and validates the file; rejects with a `ConfigurationError` naming the bad entry. */
-  static async load(path: string): Promise<FileKeyStore> {
-    const store = FileKeyStore.open(path);
+  static async load(path: string, options: KeyStoreLimitOptions = {}): Promise<FileKeyStore> {
+    const store = FileKeyStore.open(path, options);
     await store.firstLoad;
     return store;
   }
@@ -78,8 +104,8 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
    * The store at once, its first read under way: `ready` is false, and every lookup finds
    * nothing, until the first ring is in (`firstLoad`).
    */
-  static open(path: string): FileKeyStore {
-    const store = new FileKeyStore(path);
+  static open(path: string, options: KeyStoreLimitOptions = {}): FileKeyStore {
+    const store = new FileKeyStore(path, options);
     store.firstLoad.catch(() => undefined);
     return store;
   }
@@ -105,7 +131,12 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
       .then(() => {
         // From now on the file may change unseen by this read: a new call schedules another.
         this.waiting = undefined;
-        return buildRing({ kind: 'file', path: this.path });
+        return buildRing({
+          kind: 'file',
+          path: this.path,
+          background: this.loaded,
+          limitScopes: this.limitScopes,
+        });
       })
       .then(({ table }) => {
         this.ring = new PackedKeyRing(table);

@@ -1,20 +1,28 @@
 import { ConfigurationError } from '../errors';
-import { IpWhitelist } from '../core/ip-whitelist';
-import type { KeyRecord } from './key-record';
+import { type IpWhitelist, WhitelistParser } from '../core/ip-whitelist';
+import type { AccountLimits, KeyRecord, LimitScopes } from './key-record';
 import { OWNER_ROLE, parseRole } from '../core/roles';
-import { expiresAt, type Fail, identifier, publishableKey, secretDigest } from './key-rules';
+import {
+  accountLimits,
+  expiresAt,
+  type Fail,
+  identifier,
+  publishableKey,
+  secretDigest,
+} from './key-rules';
 
 /**
  * Validation of the keys document:
  *
- *     { "accounts": [ { "id", "ipWhitelist"?, "keys": [ { "id", "publishableKey",
+ *     { "accounts": [ { "id", "ipWhitelist"?, "limits"?, "keys": [ { "id", "publishableKey",
  *                                                          "secretKeySha256", "role"?, "revoked"?, "expiresAt"? } ] } ] }
  *
  * Every fault is a `ConfigurationError` naming the entry (`accounts[0].keys[1].role: …`). Unknown
- * fields are faults too: a misspelt `ipWhitelist` must not silently lift a restriction.
+ * fields are faults too: a misspelt `ipWhitelist` must not silently lift a restriction. An
+ * account's `limits` may name only the per-account scopes of `limitScopes` (none by default).
  */
 
-const ACCOUNT_FIELDS = new Set(['id', 'ipWhitelist', 'keys']);
+const ACCOUNT_FIELDS = new Set(['id', 'ipWhitelist', 'limits', 'keys']);
 const KEY_FIELDS = new Set([
   'id',
   'publishableKey',
@@ -24,26 +32,40 @@ const KEY_FIELDS = new Set([
   'expiresAt',
 ]);
 /** A key of the document once validated, without its account's whitelist. */
-export type KeysFileKey = Omit<KeyRecord, 'ipWhitelist' | 'accountId'>;
+export type KeysFileKey = Omit<KeyRecord, 'ipWhitelist' | 'accountId' | 'limits'>;
 
 /**
  * Where `visitKeysDocument` hands what it validated, in document order: each account, then its
  * keys with what `account()` returned for it.
  */
 export interface KeysDocumentSink<A> {
-  account(id: string, ipWhitelist: IpWhitelist | undefined): A;
+  account(id: string, ipWhitelist: IpWhitelist | undefined, limits?: AccountLimits): A;
   key(account: A, key: KeysFileKey): void;
 }
 
-/** The records of a keys document, every key with its account's (shared) whitelist. */
-export function parseKeysDocument(document: unknown, source: string): KeyRecord[] {
+/** The records of a keys document, every key with its account's (shared) whitelist and limits. */
+export function parseKeysDocument(
+  document: unknown,
+  source: string,
+  limitScopes: LimitScopes = {},
+): KeyRecord[] {
   const records: KeyRecord[] = [];
-  visitKeysDocument<{ id: string; ipWhitelist: IpWhitelist | undefined }>(document, source, {
-    account: (id, ipWhitelist) => ({ id, ipWhitelist }),
-    key: (account, key) => {
-      records.push({ ...key, accountId: account.id, ipWhitelist: account.ipWhitelist });
+  visitKeysDocument<Pick<KeyRecord, 'ipWhitelist' | 'limits'> & { id: string }>(
+    document,
+    source,
+    {
+      account: (id, ipWhitelist, limits) => ({ id, ipWhitelist, limits }),
+      key: (account, key) => {
+        records.push({
+          ...key,
+          accountId: account.id,
+          ipWhitelist: account.ipWhitelist,
+          ...(account.limits === undefined ? {} : { limits: account.limits }),
+        });
+      },
     },
-  });
+    limitScopes,
+  );
   return records;
 }
 
@@ -52,6 +74,7 @@ export function visitKeysDocument<A>(
   document: unknown,
   source: string,
   sink: KeysDocumentSink<A>,
+  limitScopes: LimitScopes = {},
 ): void {
   const fail = (where: string, problem: string): never => {
     throw new ConfigurationError(`${source}: ${where}: ${problem}`);
@@ -64,6 +87,7 @@ export function visitKeysDocument<A>(
 
   const seen = { accounts: new Set<string>(), keys: new Set<string>(), pks: new Set<string>() };
   const digests = new Set<string>();
+  const whitelists = new WhitelistParser();
   accounts.forEach((accountValue: unknown, a) => {
     const where = `accounts[${a}]`;
     const account = asObject(accountValue, where, ACCOUNT_FIELDS, fail);
@@ -74,16 +98,21 @@ export function visitKeysDocument<A>(
     let ipWhitelist: IpWhitelist | undefined;
     if (account.ipWhitelist !== undefined) {
       try {
-        ipWhitelist = IpWhitelist.parse(account.ipWhitelist, `${where}.ipWhitelist`);
+        ipWhitelist = whitelists.parse(account.ipWhitelist, `${where}.ipWhitelist`);
       } catch (error) {
         throw new ConfigurationError(`${source}: ${(error as Error).message}`);
       }
     }
 
+    const limits =
+      account.limits === undefined
+        ? undefined
+        : accountLimits(account.limits, `${where}.limits`, accountId, limitScopes, fail);
+
     if (!Array.isArray(account.keys) || account.keys.length === 0) {
       fail(`${where}.keys`, 'must be a non-empty array');
     }
-    const handle = sink.account(accountId, ipWhitelist);
+    const handle = sink.account(accountId, ipWhitelist, limits);
     (account.keys as unknown[]).forEach((keyValue, k) => {
       const at = `${where}.keys[${k}]`;
       const key = asObject(keyValue, at, KEY_FIELDS, fail);

@@ -2,14 +2,16 @@ import { timingSafeEqual } from 'node:crypto';
 import type { IpWhitelist } from '../core/ip-whitelist';
 import type { Role } from '../core/roles';
 import { ABSENT_DIGEST, sha256 } from './key-digest';
-import type { KeyDirectory, KeyRecord, KeyStore } from './key-record';
+import type { AccountLimits, KeyDirectory, KeyRecord, KeyStore } from './key-record';
 import { KeyIndex } from './key-index';
 import { PackedKeyRing } from './packed-key-ring';
 
-/** An account as the ring holds it: its whitelist, parsed once and shared by its keys. */
+/** An account as the ring holds it: its whitelist and limits, parsed once and shared by its keys. */
 export interface AccountRow {
   readonly id: string;
   readonly ipWhitelist: IpWhitelist | undefined;
+  /** Its limit overrides (contract 16); `undefined`: every scope at its default. */
+  readonly limits?: AccountLimits | undefined;
   /** Its stored whitelist is invalid: its keys are held as revoked (fail closed). */
   readonly blocked?: boolean;
 }
@@ -80,7 +82,7 @@ export class LiveKeyRing implements KeyStore, KeyDirectory {
     }
     for (const account of changes.accounts) this.accounts.set(account.id, account);
     for (const row of changes.keys) this.putKey(row);
-    // Keys of the layer not in the batch whose account's whitelist changed get the new whitelist.
+    // Keys of the layer not in the batch whose account changed get its new whitelist and limits.
     for (const account of changes.accounts) {
       for (const keyId of [...(this.keysByAccount.get(account.id) ?? [])]) {
         const row = this.rows.get(keyId);
@@ -101,6 +103,7 @@ export class LiveKeyRing implements KeyStore, KeyDirectory {
       revoked: row.revoked || account?.blocked === true,
       expiresAt: row.expiresAt,
       ipWhitelist: account?.ipWhitelist,
+      limits: account?.limits,
     };
     this.rows.set(row.id, row);
     this.index.add(record);

@@ -1,10 +1,13 @@
 import { randomInt } from 'node:crypto';
 import type { Role } from '../core/roles';
+import type { AccountLimits } from './key-record';
+import { limitsText } from './key-rules';
 import {
   BLOCKED,
   digestHash,
   flagsOf,
   hashBytes,
+  NO_LIMITS,
   NO_LIST,
   type PackedTable,
   slotsFor,
@@ -64,7 +67,8 @@ function numbers(): number[] {
 
 /**
  * Builds a `PackedTable` from accounts and keys added in order. It checks nothing: callers add
- * what the keys-file rules or the database already validated. Equal whitelists are stored once.
+ * what the keys-file rules or the database already validated. Equal whitelists, and equal limit
+ * sets, are stored once.
  */
 export class PackedTableBuilder {
   private readonly text = new Bytes();
@@ -80,14 +84,26 @@ export class PackedTableBuilder {
   private readonly accountList = numbers();
   private readonly listOffsets = [0];
   private readonly lists = new Map<string, number>();
+  private readonly limitText = new Bytes();
+  private readonly accountLimits = numbers();
+  private readonly limitOffsets = [0];
+  private readonly limitSets = new Map<string, number>();
 
   /** The number of keys added so far. */
   get keys(): number {
     return this.keyText.length;
   }
 
-  /** Adds an account; `list`: its canonical whitelist entries, `undefined` or `'blocked'`. */
-  addAccount(id: string, list: readonly string[] | undefined | 'blocked'): number {
+  /**
+   * Adds an account; `list`: its canonical whitelist entries, `undefined` or `'blocked'`;
+   * `limits`: its validated limit overrides.
+   */
+  addAccount(
+    id: string,
+    list: readonly string[] | undefined | 'blocked',
+    limits?: AccountLimits,
+  ): number {
+    this.accountLimits.push(limits === undefined ? NO_LIMITS : this.limitSet(limits));
     this.accountText.push(this.text.ascii(id));
     this.accountLengths.push(id.length);
     if (list === undefined) this.accountList.push(NO_LIST);
@@ -104,6 +120,19 @@ export class PackedTableBuilder {
       this.accountList.push(index);
     }
     return this.accountText.length - 1;
+  }
+
+  /** The index of `limits` among the distinct sets, added when new. */
+  private limitSet(limits: AccountLimits): number {
+    const text = limitsText(limits);
+    let index = this.limitSets.get(text);
+    if (index === undefined) {
+      index = this.limitSets.size;
+      this.limitSets.set(text, index);
+      this.limitText.ascii(text);
+      this.limitOffsets.push(this.limitText.length);
+    }
+    return index;
   }
 
   addKey(key: PackedKeyInput): void {
@@ -180,6 +209,9 @@ export class PackedTableBuilder {
       accountKeys,
       listText: this.listText.done(),
       listOffsets: Uint32Array.from(this.listOffsets),
+      accountLimits: Int32Array.from(this.accountLimits),
+      limitText: this.limitText.done(),
+      limitOffsets: Uint32Array.from(this.limitOffsets),
       bySecret,
       byPublishable,
       byId,

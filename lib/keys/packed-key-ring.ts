@@ -1,7 +1,8 @@
 import { timingSafeEqual } from 'node:crypto';
 import { IpWhitelist } from '../core/ip-whitelist';
 import { ABSENT_DIGEST, sha256 } from './key-digest';
-import type { KeyRecord, KeyStore } from './key-record';
+import type { AccountLimits, KeyRecord, KeyStore } from './key-record';
+import { limitsFromText } from './key-rules';
 import { PackedTableBuilder } from './packed-builder';
 import {
   BLOCKED,
@@ -9,6 +10,7 @@ import {
   digestHash,
   hashString,
   isRevokedFlag,
+  NO_LIMITS,
   NO_LIST,
   type PackedTable,
   roleOf,
@@ -17,15 +19,18 @@ import {
 /**
  * The lookups of a `PackedTable`. A lookup stays synchronous and allocates only the record it
  * returns: the record is made on demand from the table (its strings decoded, its whitelist parsed
- * the first time any key of that list is looked up, then shared). A secret is found by its
- * digest's first four bytes and then compared whole in constant time; a key pair costs the same
- * whether the publishable key exists or not. Revoked and expired keys are returned as they are.
+ * the first time any key of that list is looked up, then shared; an account's limits likewise, one
+ * frozen object per distinct set). A secret is found by its digest's first four bytes and then
+ * compared whole in constant time; a key pair costs the same whether the publishable key exists or
+ * not. Revoked and expired keys are returned as they are.
  */
 export class PackedKeyRing implements KeyStore {
   private readonly text: Buffer;
   private readonly listText: Buffer;
   /** Whitelists parsed so far, by list index: shared by every account with that list. */
   private readonly whitelists = new Map<number, IpWhitelist>();
+  /** Limit sets made so far, by set index: shared by every account with that set. */
+  private readonly limitSets = new Map<number, AccountLimits>();
 
   constructor(readonly table: PackedTable) {
     this.text = Buffer.from(table.text.buffer, table.text.byteOffset, table.text.byteLength);
@@ -141,16 +146,18 @@ export class PackedKeyRing implements KeyStore {
     return this.accountIdAt(this.table.keyAccount[k] ?? 0);
   }
 
-  /** Account `a`'s whitelist and whether it is blocked. */
+  /** Account `a`'s whitelist, limits and whether it is blocked. */
   accountAt(a: number): {
     readonly id: string;
     readonly ipWhitelist: IpWhitelist | undefined;
+    readonly limits: AccountLimits | undefined;
     readonly blocked: boolean;
   } {
     const list = this.table.accountList[a] ?? NO_LIST;
     return {
       id: this.accountIdAt(a),
       ipWhitelist: this.whitelist(list),
+      limits: this.limits(this.table.accountLimits[a] ?? NO_LIMITS),
       blocked: list === BLOCKED,
     };
   }
@@ -159,10 +166,17 @@ export class PackedKeyRing implements KeyStore {
     return this.table.digests.subarray(k * 32, k * 32 + 32);
   }
 
-  /** Key `k` as a record; `account` replaces its account's whitelist (the live ring's changes). */
+  /**
+   * Key `k` as a record; `account` replaces its account's whitelist and limits (the live ring's
+   * changes).
+   */
   record(
     k: number,
-    account?: { readonly ipWhitelist: IpWhitelist | undefined; readonly blocked?: boolean },
+    account?: {
+      readonly ipWhitelist: IpWhitelist | undefined;
+      readonly limits?: AccountLimits | undefined;
+      readonly blocked?: boolean;
+    },
   ): KeyRecord {
     const { keyText, keyLengths, keyFlags, keyExpires, keyAccount, accountList } = this.table;
     const start = keyText[k] ?? 0;
@@ -185,7 +199,28 @@ export class PackedKeyRing implements KeyStore {
       revoked: isRevokedFlag(flags) || blocked,
       expiresAt: Number.isNaN(expires) ? undefined : expires,
       ipWhitelist: account === undefined ? this.whitelist(list) : account.ipWhitelist,
+      limits:
+        account === undefined
+          ? this.limits(this.table.accountLimits[a] ?? NO_LIMITS)
+          : account.limits,
     };
+  }
+
+  private limits(set: number): AccountLimits | undefined {
+    if (set < 0) return undefined;
+    let limits = this.limitSets.get(set);
+    if (limits === undefined) {
+      const { limitOffsets } = this.table;
+      limits = limitsFromText(
+        Buffer.from(
+          this.table.limitText.buffer,
+          this.table.limitText.byteOffset,
+          this.table.limitText.byteLength,
+        ).toString('latin1', limitOffsets[set] ?? 0, limitOffsets[set + 1] ?? 0),
+      );
+      this.limitSets.set(set, limits);
+    }
+    return limits;
   }
 
   private whitelist(list: number): IpWhitelist | undefined {

@@ -15,6 +15,9 @@ import { ROLES, type Role } from '../core/roles';
  * - `accountList[a]`: the index of the account's whitelist among the distinct lists (accounts with
  *   equal lists share one), `NO_LIST`, or `BLOCKED` (an invalid stored list: its keys are refused);
  *   list `l`'s canonical entries, joined by ",", are `listText[listOffsets[l] .. listOffsets[l+1]]`.
+ * - `accountLimits[a]`: the index of the account's limit overrides among the distinct sets
+ *   (accounts with equal sets share one), or `NO_LIMITS`; set `s` is its `limitsText()`
+ *   (`authenticated=300,payments=6000`) at `limitText[limitOffsets[s] .. limitOffsets[s+1]]`.
  * - `accountKeys[accountKeyStart[a] .. accountKeyStart[a + 1]]`: the keys of account `a`.
  * - `bySecret`, `byPublishable`, `byId`, `byAccount`: open-addressing hash tables (linear probing,
  *   a power of two at least twice the entries) holding index + 1, 0 for an empty slot. Secrets
@@ -38,6 +41,9 @@ export interface PackedTable {
   readonly accountKeys: Uint32Array;
   readonly listText: Uint8Array;
   readonly listOffsets: Uint32Array;
+  readonly accountLimits: Int32Array;
+  readonly limitText: Uint8Array;
+  readonly limitOffsets: Uint32Array;
   readonly bySecret: Uint32Array;
   readonly byPublishable: Uint32Array;
   readonly byId: Uint32Array;
@@ -46,6 +52,7 @@ export interface PackedTable {
 
 export const NO_LIST = -1;
 export const BLOCKED = -2;
+export const NO_LIMITS = -1;
 const REVOKED_FLAG = 4;
 
 /** The buffers of a table, for `postMessage(table, transferList(table))`. */

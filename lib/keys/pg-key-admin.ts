@@ -5,6 +5,7 @@ import { ConflictError, InvalidRequestError, TollgateError } from '../errors';
 import { sha256 } from './key-digest';
 import { generateKey, type KeyEnvironment } from './key-format';
 import * as rules from './key-rules';
+import type { AccountLimits, LimitScopes } from './key-record';
 import { parseKeysDocument } from './keys-file';
 import type {
   AccountView,
@@ -39,6 +40,7 @@ function notFound(what: 'account' | 'key', id: string): TollgateError {
 interface AccountRowSql {
   id: string;
   ip_whitelist: string[] | null;
+  limits: AccountLimits | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -55,7 +57,7 @@ interface KeyRowSql {
   last_used_at: Date | null;
 }
 
-const ACCOUNT_COLUMNS = 'id, ip_whitelist, created_at, updated_at';
+const ACCOUNT_COLUMNS = 'id, ip_whitelist, limits, created_at, updated_at';
 const KEY_COLUMNS =
   'id, account_id, role, publishable_key, secret_sha256, created_at, expires_at, revoked_at, last_used_at';
 
@@ -63,6 +65,7 @@ function accountView(row: AccountRowSql): AccountView {
   return {
     id: row.id,
     ipWhitelist: row.ip_whitelist,
+    limits: row.limits,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };
@@ -85,6 +88,16 @@ function keyView(row: KeyRowSql): KeyView {
 function whitelistEntries(value: unknown, where: string): string[] | null {
   if (value === null || value === undefined) return null;
   return [...rules.ipWhitelist(value, where, invalid).entries()];
+}
+
+/**
+ * `null`: no overrides; otherwise validated limits (`{}` is none) as the jsonb parameter. The
+ * account is named in every fault: `limits.public: account "acct_1": scope "public" is …`.
+ */
+function limitsParameter(value: unknown, account: string, scopes: LimitScopes): string | null {
+  if (value === null) return null;
+  const limits = rules.accountLimits(value, 'limits', account, scopes, invalid);
+  return limits === undefined ? null : JSON.stringify(limits);
 }
 
 /** A rolled key's replacement keeps its environment: `pk_live_…` rolls into `pk_live_…`. */
@@ -185,15 +198,42 @@ export async function createAccount(
   pool: Pool,
   id: unknown,
   ipWhitelist?: unknown,
+  limits?: unknown,
+  scopes: LimitScopes = {},
 ): Promise<AccountView> {
   const accountId = rules.identifier(id, 'id', invalid);
   const entries = whitelistEntries(ipWhitelist, 'ip_whitelist');
+  const overrides = limitsParameter(limits ?? null, accountId, scopes);
   return inTransaction(pool, async (client) => {
     const result = await client.query<AccountRowSql>(
-      `INSERT INTO accounts (id, ip_whitelist) VALUES ($1, $2) RETURNING ${ACCOUNT_COLUMNS}`,
-      [accountId, entries],
+      `INSERT INTO accounts (id, ip_whitelist, limits) VALUES ($1, $2, $3::jsonb)
+       RETURNING ${ACCOUNT_COLUMNS}`,
+      [accountId, entries, overrides],
     );
     return accountView(onlyRow(result));
+  });
+}
+
+/** Sets an account's limit overrides (contract 16); `null` puts every scope back at its default. */
+export async function setLimits(
+  pool: Pool,
+  accountId: unknown,
+  limits: unknown,
+  scopes: LimitScopes,
+): Promise<AccountView> {
+  const id = lookupId(accountId, 'account');
+  if (limits === undefined) {
+    invalid('limits', 'is required: an object of scope name to requests per minute, or null');
+  }
+  const overrides = limitsParameter(limits, id, scopes);
+  return inTransaction(pool, async (client) => {
+    const result = await client.query<AccountRowSql>(
+      `UPDATE accounts SET limits = $2::jsonb WHERE id = $1 RETURNING ${ACCOUNT_COLUMNS}`,
+      [id, overrides],
+    );
+    const row = result.rows[0];
+    if (row === undefined) throw notFound('account', id);
+    return accountView(row);
   });
 }
 
@@ -350,23 +390,34 @@ export async function listAccounts(pool: Pool): Promise<AccountWithKeys[]> {
 export async function importDocument(
   pool: Pool,
   document: unknown,
+  scopes: LimitScopes = {},
 ): Promise<{ accounts: number; keys: number }> {
   let records;
   try {
-    records = parseKeysDocument(document, 'import');
+    records = parseKeysDocument(document, 'import', scopes);
   } catch (error) {
     throw new InvalidRequestError((error as Error).message);
   }
-  const accounts = new Map<string, readonly string[] | null>();
+  const accounts = new Map<
+    string,
+    { entries: readonly string[] | null; limits: AccountLimits | undefined }
+  >();
   for (const record of records) {
-    accounts.set(record.accountId, record.ipWhitelist?.entries() ?? null);
+    accounts.set(record.accountId, {
+      entries: record.ipWhitelist?.entries() ?? null,
+      limits: record.limits,
+    });
   }
   return inTransaction(pool, async (client) => {
-    for (const [id, entries] of accounts) {
-      await client.query('INSERT INTO accounts (id, ip_whitelist) VALUES ($1, $2)', [
-        id,
-        entries === null ? null : [...entries],
-      ]);
+    for (const [id, { entries, limits }] of accounts) {
+      await client.query(
+        'INSERT INTO accounts (id, ip_whitelist, limits) VALUES ($1, $2, $3::jsonb)',
+        [
+          id,
+          entries === null ? null : [...entries],
+          limits === undefined ? null : JSON.stringify(limits),
+        ],
+      );
     }
     for (const record of records) {
       await client.query(
@@ -413,6 +464,7 @@ export async function exportDocument(pool: Pool): Promise<KeysDocument> {
       document.accounts.push({
         id: account.id,
         ...(account.ip_whitelist === null ? {} : { ipWhitelist: account.ip_whitelist }),
+        ...(account.limits === null ? {} : { limits: { ...account.limits } }),
         keys: own.map((key) => ({
           id: key.id,
           publishableKey: key.publishable_key,

@@ -3,11 +3,22 @@ import { IpWhitelist } from '../core/ip-whitelist';
 import { requireOptional } from '../optional-module';
 import type { Logger } from '../types';
 import type { KeyEnvironment } from './key-format';
-import type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-record';
+import type {
+  AccountLimits,
+  KeyDirectory,
+  KeyReadiness,
+  KeyRecord,
+  KeyStore,
+  LimitScopes,
+} from './key-record';
 import { type AccountRow, type KeyRow, LiveKeyRing, type RingChanges } from './live-key-ring';
 import { PackedKeyRing } from './packed-key-ring';
 import { type BuiltRing, buildRing } from './ring-build';
-import type { AccountSql as RingAccountSql, KeySql as RingKeySql } from './ring-sources';
+import {
+  type AccountSql as RingAccountSql,
+  type KeySql as RingKeySql,
+  storedLimits,
+} from './ring-sources';
 import * as admin from './pg-key-admin';
 import type * as views from './pg-key-views';
 import type { MigrationResult } from './pg-key-views';
@@ -52,6 +63,12 @@ export interface PgKeyStoreOptions {
   readonly keyEnvironment?: KeyEnvironment;
   /** A query, or a connection attempt, that takes longer fails (and the store goes stale). */
   readonly queryTimeoutMs?: number;
+  /**
+   * The gate's limit scopes, name to what each counts per: an account's `limits` may override the
+   * `'account'` ones (see `KeyStoreLimitOptions`); the write API refuses anything else (400), and a
+   * stored value it would refuse (written by hand) blocks the account, logged. Defaults to none.
+   */
+  readonly limitScopes?: LimitScopes;
 }
 
 export interface PgKeyStoreState {
@@ -97,6 +114,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   private readonly logger: Logger | undefined;
   private readonly clientConfig: ClientConfig;
   private readonly environment: KeyEnvironment;
+  /** The scopes an account's `limits` may name. */
+  readonly limitScopes: LimitScopes;
   private version = 0n;
   private lastSyncAt = 0;
   private syncFault: string | undefined;
@@ -126,6 +145,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   ) {
     this.logger = options.logger;
     this.environment = options.keyEnvironment ?? 'test';
+    this.limitScopes = { ...(options.limitScopes ?? {}) };
     const timeout = options.queryTimeoutMs ?? 5000;
     this.connectionString = options.connectionString;
     this.timeoutMs = timeout;
@@ -273,6 +293,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
       kind: 'database',
       connectionString: this.connectionString,
       timeoutMs: this.timeoutMs,
+      background: this.loaded,
+      limitScopes: this.limitScopes,
     });
     for (const { account, reason } of built.blocked) this.logBlocked(account, reason);
     return built;
@@ -324,7 +346,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
       const accounts = (
         await client.query<AccountSql>(
-          'SELECT id, ip_whitelist, version FROM accounts WHERE version > $1',
+          'SELECT id, ip_whitelist, limits, version FROM accounts WHERE version > $1',
           [since],
         )
       ).rows;
@@ -385,9 +407,11 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   private accountRow(row: AccountSql): AccountRow {
-    if (row.ip_whitelist === null) return { id: row.id, ipWhitelist: undefined, blocked: false };
     try {
-      return { id: row.id, ipWhitelist: IpWhitelist.parse(row.ip_whitelist), blocked: false };
+      const limits: AccountLimits | undefined = storedLimits(row, this.limitScopes);
+      const ipWhitelist =
+        row.ip_whitelist === null ? undefined : IpWhitelist.parse(row.ip_whitelist);
+      return { id: row.id, ipWhitelist, limits, blocked: false };
     } catch (error) {
       // Written by hand past the API's checks: fail closed rather than lift the restriction.
       this.logBlocked(row.id, (error as Error).message);
@@ -398,7 +422,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   private logBlocked(account: string, reason: string): void {
     this.logger?.error(
       { event: 'keys.account_blocked', account, reason },
-      'account whitelist in the database is invalid: its keys are refused until it is fixed',
+      'account whitelist or limits in the database are invalid: its keys are refused until fixed',
     );
   }
 
@@ -530,8 +554,13 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
 
   // The write API (see pg-key-admin.ts). Each resolves once the change is in this instance's ring.
 
-  createAccount(id: unknown, ipWhitelist?: unknown): Promise<views.AccountView> {
-    return this.written(admin.createAccount(this.pool, id, ipWhitelist));
+  createAccount(id: unknown, ipWhitelist?: unknown, limits?: unknown): Promise<views.AccountView> {
+    return this.written(admin.createAccount(this.pool, id, ipWhitelist, limits, this.limitScopes));
+  }
+
+  /** Sets an account's limit overrides (contract 16); `null` puts every scope back at its default. */
+  setLimits(accountId: unknown, limits: unknown): Promise<views.AccountView> {
+    return this.written(admin.setLimits(this.pool, accountId, limits, this.limitScopes));
   }
 
   setIpWhitelist(accountId: unknown, entries: unknown): Promise<views.AccountView> {
@@ -559,7 +588,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   import(document: unknown): Promise<{ accounts: number; keys: number }> {
-    return this.written(admin.importDocument(this.pool, document));
+    return this.written(admin.importDocument(this.pool, document, this.limitScopes));
   }
 
   export(): Promise<views.KeysDocument> {

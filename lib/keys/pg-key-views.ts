@@ -1,4 +1,5 @@
 import type { Role } from '../core/roles';
+import type { AccountLimits } from './key-record';
 
 /** The shapes the database key store's write API takes and returns (no database types here). */
 
@@ -8,6 +9,8 @@ export interface AccountView {
   readonly id: string;
   /** Canonical entries; `null`: not restricted. */
   readonly ipWhitelist: readonly string[] | null;
+  /** Its limit overrides (contract 16); `null`: every scope at its default. */
+  readonly limits: AccountLimits | null;
   readonly createdAt: Date;
   readonly updatedAt: Date;
 }
@@ -49,6 +52,7 @@ export interface KeysDocument {
   accounts: {
     id: string;
     ipWhitelist?: string[];
+    limits?: Record<string, number>;
     keys: {
       id: string;
       publishableKey: string;
@@ -68,7 +72,7 @@ export interface RollResult {
 }
 
 /** The schema version this build reads and writes: a database at another version is refused. */
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 
 export interface Migration {
   readonly version: number;

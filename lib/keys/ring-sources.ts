@@ -1,9 +1,11 @@
 import { readFileSync } from 'node:fs';
 import type { Client } from 'pg';
-import { IpWhitelist } from '../core/ip-whitelist';
+import { WhitelistParser } from '../core/ip-whitelist';
 import type { Role } from '../core/roles';
 import { ConfigurationError } from '../errors';
 import { requireOptional } from '../optional-module';
+import type { AccountLimits, LimitScopes } from './key-record';
+import { accountLimits } from './key-rules';
 import { visitKeysDocument } from './keys-file';
 import { PackedTableBuilder } from './packed-builder';
 import type { PackedTable } from './packed-table';
@@ -13,24 +15,53 @@ import type { PackedTable } from './packed-table';
  * worker (ring-worker.ts), off the request path; both can run in the calling thread too (tests).
  */
 
-export type RingJob =
+/**
+ * What to build, and the limit scopes an account's `limits` may name (key-rules.ts): they travel
+ * with the job, as the worker validates the accounts.
+ */
+export type RingJob = (
   | { readonly kind: 'file'; readonly path: string }
-  | { readonly kind: 'database'; readonly connectionString: string; readonly timeoutMs: number };
+  | { readonly kind: 'database'; readonly connectionString: string; readonly timeoutMs: number }
+) & {
+  /** Requests are served meanwhile (a reload, not the first load): a large build yields to them. */
+  readonly background?: boolean | undefined;
+  /** The scopes accounts' `limits` may name (see `KeyStoreLimitOptions`); defaults to none. */
+  readonly limitScopes?: LimitScopes | undefined;
+};
+
+/**
+ * What a build calls once it knows it is large (a keys file over `LARGE_FILE_BYTES`, a database
+ * of more than one page of keys) and requests are served meanwhile: the ring worker lowers its
+ * own thread's priority there. Small builds, the tests' among them, never call it.
+ */
+export interface BuildHooks {
+  readonly large?: (() => void) | undefined;
+}
+
+/** About 16,000 keys: a build this big takes long enough for its priority to matter. */
+export const LARGE_FILE_BYTES = 4 * 1024 * 1024;
 
 export interface BuiltRing {
   readonly table: PackedTable;
   /** The database's change version the ring is at ('0' for a file). */
   readonly version: string;
-  /** Accounts whose stored whitelist is invalid: their keys are held as revoked. */
+  /** Accounts whose stored whitelist or limits are invalid: their keys are held as revoked. */
   readonly blocked: readonly { readonly account: string; readonly reason: string }[];
 }
 
-export async function buildRingHere(job: RingJob): Promise<BuiltRing> {
-  return job.kind === 'file' ? fromFile(job.path) : fromDatabase(job);
+export async function buildRingHere(job: RingJob, hooks: BuildHooks = {}): Promise<BuiltRing> {
+  const large = job.background === true ? hooks.large : undefined;
+  return job.kind === 'file'
+    ? fromFile(job.path, job.limitScopes ?? {}, large)
+    : fromDatabase(job, large);
 }
 
 /** Reads and validates a keys file (contract 3); a `ConfigurationError` names what is wrong. */
-function fromFile(path: string): BuiltRing {
+function fromFile(
+  path: string,
+  limitScopes: LimitScopes,
+  large: (() => void) | undefined,
+): BuiltRing {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -38,6 +69,7 @@ function fromFile(path: string): BuiltRing {
     const code = (error as NodeJS.ErrnoException).code ?? 'read error';
     throw new ConfigurationError(`keys file ${path}: cannot be read (${code})`);
   }
+  if (text.length > LARGE_FILE_BYTES) large?.();
   let document: unknown;
   try {
     document = JSON.parse(text);
@@ -45,12 +77,17 @@ function fromFile(path: string): BuiltRing {
     throw new ConfigurationError(`keys file ${path}: is not valid JSON`);
   }
   const builder = new PackedTableBuilder();
-  visitKeysDocument(document, path, {
-    account: (id, ipWhitelist) => builder.addAccount(id, ipWhitelist?.entries()),
-    key: (account, key) => {
-      builder.addKey({ ...key, account });
+  visitKeysDocument(
+    document,
+    path,
+    {
+      account: (id, ipWhitelist, limits) => builder.addAccount(id, ipWhitelist?.entries(), limits),
+      key: (account, key) => {
+        builder.addKey({ ...key, account });
+      },
     },
-  });
+    limitScopes,
+  );
   return { table: builder.build(), version: '0', blocked: [] };
 }
 
@@ -60,7 +97,21 @@ const PAGE = 20_000;
 export interface AccountSql {
   id: string;
   ip_whitelist: string[] | null;
+  /** jsonb: `null`, or an object the schema checks only the shape of. */
+  limits: unknown;
 }
+
+/**
+ * A stored account's limits, checked against `scopes` as the keys file's are: a value written past
+ * the write API (by hand, or before a scope changed) throws, naming the account and the scope.
+ */
+export function storedLimits(row: AccountSql, scopes: LimitScopes): AccountLimits | undefined {
+  if (row.limits === null) return undefined;
+  return accountLimits(row.limits, 'limits', row.id, scopes, (where, problem) => {
+    throw new Error(`${where}: ${problem}`);
+  });
+}
+
 /** A `keys` row as the key store reads it (pg-key-store.ts adds its `version`). */
 export interface KeySql {
   id: string;
@@ -76,7 +127,10 @@ export interface KeySql {
  * Every account and key in one snapshot, read in pages of 20,000 rows by id, and the change
  * version that snapshot is at: the store then asks for the rows after it.
  */
-async function fromDatabase(job: Extract<RingJob, { kind: 'database' }>): Promise<BuiltRing> {
+async function fromDatabase(
+  job: Extract<RingJob, { kind: 'database' }>,
+  large: (() => void) | undefined,
+): Promise<BuiltRing> {
   const pg = requireOptional('pg', 'TOLLGATE_DATABASE_URL (the PostgreSQL key store)');
   const client: Client = new pg.Client({
     connectionString: job.connectionString,
@@ -96,20 +150,29 @@ async function fromDatabase(job: Extract<RingJob, { kind: 'database' }>): Promis
     const builder = new PackedTableBuilder();
     const accounts = new Map<string, number>();
     const blocked: { account: string; reason: string }[] = [];
-    await pages<AccountSql>(client, 'SELECT id, ip_whitelist FROM accounts', (row) => {
-      let list: readonly string[] | undefined | 'blocked';
-      try {
-        list =
-          row.ip_whitelist === null ? undefined : IpWhitelist.parse(row.ip_whitelist).entries();
-      } catch (error) {
-        list = 'blocked';
-        blocked.push({ account: row.id, reason: (error as Error).message });
-      }
-      accounts.set(row.id, builder.addAccount(row.id, list));
-    });
+    const whitelists = new WhitelistParser();
+    await pages<AccountSql>(
+      client,
+      'SELECT id, ip_whitelist, limits FROM accounts',
+      large,
+      (row) => {
+        let list: readonly string[] | undefined | 'blocked';
+        let limits: AccountLimits | undefined;
+        try {
+          list =
+            row.ip_whitelist === null ? undefined : whitelists.parse(row.ip_whitelist).entries();
+          limits = storedLimits(row, job.limitScopes ?? {});
+        } catch (error) {
+          list = 'blocked';
+          blocked.push({ account: row.id, reason: (error as Error).message });
+        }
+        accounts.set(row.id, builder.addAccount(row.id, list, limits));
+      },
+    );
     await pages<KeySql>(
       client,
       `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at FROM keys`,
+      large,
       (row) => {
         const account = accounts.get(row.account_id);
         if (account === undefined) return; // the foreign key forbids it
@@ -131,11 +194,15 @@ async function fromDatabase(job: Extract<RingJob, { kind: 'database' }>): Promis
   }
 }
 
-/** Reads `select` in pages ordered by id (keyset pagination), handing each row to `each`. */
+/**
+ * Reads `select` in pages ordered by id (keyset pagination), handing each row to `each`; calls
+ * `large` when a second page is needed.
+ */
 // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-parameters -- the row type of `select`
 async function pages<Row extends { id: string }>(
   client: Client,
   select: string,
+  large: (() => void) | undefined,
   each: (row: Row) => void,
 ): Promise<void> {
   let after = '';
@@ -146,6 +213,7 @@ async function pages<Row extends { id: string }>(
     for (const row of rows) each(row);
     const last = rows[rows.length - 1];
     if (last === undefined || rows.length < PAGE) return;
+    large?.();
     after = last.id;
   }
 }

@@ -46,6 +46,12 @@ export interface CompactMemoryStoreOptions {
 
 export type CompactKey = string | number;
 
+/** A key's hits in its current window and when that window resets (ms since epoch). */
+export interface CounterReading {
+  count: number;
+  resetAt: number;
+}
+
 interface Generation {
   /** Window starts are stored as milliseconds after this. */
   readonly base: number;
@@ -135,16 +141,49 @@ export class CompactMemoryStore implements Store {
   }
 
   increment(key: string): IncrementResponse {
+    const entry = this.entry;
+    this.countHit(key, entry);
+    return { totalHits: entry.count, resetTime: new Date(entry.start + this.windowMs) };
+  }
+
+  /**
+   * The key's hits in its current window, counting nothing: `0`, resetting a window from now,
+   * when it has none. Writes into `into`, so a caller on the hot path allocates nothing.
+   */
+  peek(key: string, into: CounterReading): void {
+    const now = this.now();
+    this.rotate(now);
+    const compact = this.compactKey(key);
+    const entry = this.entry;
+    const found =
+      this.read(this.current, compact, entry) || this.read(this.previous, compact, entry);
+    if (!found || entry.start + this.windowMs <= now) {
+      into.count = 0;
+      into.resetAt = this.startAt(now) + this.windowMs;
+      return;
+    }
+    into.count = entry.count;
+    into.resetAt = entry.start + this.windowMs;
+  }
+
+  /** Counts one hit, as `increment()`, and writes the count and reset after it into `into`. */
+  hit(key: string, into: CounterReading): void {
+    const entry = this.entry;
+    this.countHit(key, entry);
+    into.count = entry.count;
+    into.resetAt = entry.start + this.windowMs;
+  }
+
+  private countHit(key: string, entry: Entry): void {
     const now = this.now();
     const compact = this.compactKey(key);
-    const entry = this.touch(compact, now);
+    this.touch(compact, now);
     if (entry.start + this.windowMs <= now) {
       entry.count = 0;
       entry.start = this.startAt(now);
     }
     entry.count += 1;
     this.write(this.current, compact, entry);
-    return { totalHits: entry.count, resetTime: new Date(entry.start + this.windowMs) };
   }
 
   decrement(key: string): void {

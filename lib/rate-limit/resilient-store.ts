@@ -11,11 +11,13 @@ import type { RedisHealth } from './redis-health';
  * - shared store down or failing: memory, the local count multiplied by `expectedInstances` so a
  *   fleet of N gateways still admits about the limit in total;
  * - a key found over its limit is remembered until its window resets and refused without asking
- *   Redis again, which keeps a flood off Redis and makes `blockedUntil()` possible.
+ *   Redis again, which keeps a flood off Redis and makes `blockedUntil()` possible. The limit can
+ *   come with each `increment()` (an account's own limit, contract 16): a key remembered over a
+ *   lower limit than the one it comes with now is counted again.
  */
 
 export interface ResilientStoreOptions {
-  /** The limit the limiter applies; needed to know when a key is over it. */
+  /** The limit the limiter applies, unless `increment()` is given one; to know when a key is over it. */
   limit: number;
   /** The shared store (a rate-limit-redis `RedisStore`), with the health of its connection. */
   shared?: { store: Store; health: RedisHealth } | undefined;
@@ -41,6 +43,8 @@ export class ResilientStore implements Store {
   private readonly local: CompactMemoryStore;
   /** Reset times of keys over their limit, by `compactKey()`: an IPv4 client is a number. */
   private readonly blocked = new Map<CompactKey, number>();
+  /** The limit a key of `blocked` was over, when not the default `limit`. */
+  private readonly blockedOver = new Map<CompactKey, number>();
   private readonly ipv4KeyPrefix: string;
   private readonly limit: number;
   private readonly expectedInstances: number;
@@ -69,17 +73,26 @@ export class ResilientStore implements Store {
     if (until === undefined) return undefined;
     if (until > this.now()) return until;
     this.blocked.delete(compact);
+    this.blockedOver.delete(compact);
     return undefined;
   }
 
-  async increment(key: string): Promise<IncrementResponse> {
+  /** Counts one hit of `key`, over `limit` (defaults to the store's `limit`). */
+  async increment(key: string, limit = this.limit): Promise<IncrementResponse> {
     const until = this.blockedUntil(key);
-    if (until !== undefined) return { totalHits: this.limit + 1, resetTime: new Date(until) };
+    if (until !== undefined && limit <= this.blockedLimit(key)) {
+      return { totalHits: limit + 1, resetTime: new Date(until) };
+    }
     const result = (await this.incrementShared(key)) ?? this.incrementLocal(key);
-    if (result.totalHits > this.limit && result.resetTime !== undefined) {
-      this.block(key, result.resetTime.getTime());
+    if (result.totalHits > limit && result.resetTime !== undefined) {
+      this.block(key, result.resetTime.getTime(), limit);
     }
     return result;
+  }
+
+  private blockedLimit(key: string): number {
+    if (this.blockedOver.size === 0) return this.limit;
+    return this.blockedOver.get(compactKey(key, this.ipv4KeyPrefix)) ?? this.limit;
   }
 
   /** Undoes one count in the store counting now (the shared one when usable, else memory). */
@@ -93,6 +106,7 @@ export class ResilientStore implements Store {
 
   async resetKey(key: string): Promise<void> {
     this.blocked.delete(compactKey(key, this.ipv4KeyPrefix));
+    this.blockedOver.delete(compactKey(key, this.ipv4KeyPrefix));
     this.local.resetKey(key);
     await this.withShared((store) => store.resetKey(key));
   }
@@ -100,6 +114,7 @@ export class ResilientStore implements Store {
   shutdown(): void {
     this.local.shutdown();
     this.blocked.clear();
+    this.blockedOver.clear();
   }
 
   private async incrementShared(key: string): Promise<IncrementResponse | undefined> {
@@ -126,13 +141,18 @@ export class ResilientStore implements Store {
   }
 
   /** Full: the oldest entry goes (with fixed windows, insertion order is about expiry order). */
-  private block(key: string, until: number): void {
+  private block(key: string, until: number, limit: number): void {
     const compact = compactKey(key, this.ipv4KeyPrefix);
     this.blocked.delete(compact);
     if (this.blocked.size >= this.maxBlockedKeys) {
       const oldest = this.blocked.keys().next();
-      if (oldest.done !== true) this.blocked.delete(oldest.value);
+      if (oldest.done !== true) {
+        this.blocked.delete(oldest.value);
+        this.blockedOver.delete(oldest.value);
+      }
     }
     this.blocked.set(compact, until);
+    if (limit === this.limit) this.blockedOver.delete(compact);
+    else this.blockedOver.set(compact, limit);
   }
 }

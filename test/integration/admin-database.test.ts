@@ -109,7 +109,7 @@ describeWithPostgres('the admin listener on the database key store, two gateways
     const account = await admin('POST', '/admin/v1/accounts', { id: 'acct_shop' });
     expect({ status: account.status, body: account.body }).toEqual({
       status: 201,
-      body: { id: 'acct_shop', ip_whitelist: null },
+      body: { id: 'acct_shop', ip_whitelist: null, limits: null },
     });
     const created = await admin('POST', '/admin/v1/accounts/acct_shop/keys', { role: 'level-2' });
     expect(created.status).toBe(201);
@@ -138,13 +138,30 @@ describeWithPostgres('the admin listener on the database key store, two gateways
     ).toEqual([]);
   });
 
+  it('shows the usage of an account, with or without keys, and answers 404 for an unknown one', async () => {
+    expect((await admin('POST', '/admin/v1/accounts', { id: 'acct_keyless' })).status).toBe(201);
+    const full = [
+      { scope: 'payments', limit: 1500, remaining: 1500, reset_seconds: 60 },
+      { scope: 'authenticated', limit: 100, remaining: 100, reset_seconds: 60 },
+    ];
+    for (const account of ['acct_keyless', 'acct_shop']) {
+      const usage = await admin('GET', `/admin/v1/accounts/${account}/usage`);
+      expect({ status: usage.status, body: usage.body }).toEqual({
+        status: 200,
+        body: { account_id: account, scopes: full },
+      });
+    }
+    const unknown = await admin('GET', '/admin/v1/accounts/acct_nobody/usage');
+    expectErrorBody(unknown, { status: 404, code: 'not_found' });
+  });
+
   it('a whitelist change and its lifting are in force on the second gateway within 1 s', async () => {
     const set = await admin('PUT', '/admin/v1/accounts/acct_shop/ip-whitelist', {
       entries: ['203.0.113.0/24'],
     });
     expect({ status: set.status, body: set.body }).toEqual({
       status: 200,
-      body: { id: 'acct_shop', ip_whitelist: ['203.0.113.0/24'] },
+      body: { id: 'acct_shop', ip_whitelist: ['203.0.113.0/24'], limits: null },
     });
     const refused = await until('whitelist', 403, () =>
       onSecond('/api/v1/wallets/', key.secret_key),
@@ -291,7 +308,7 @@ describeWithPostgres('the admin listener on the database key store, two gateways
     const listed = await admin('GET', '/admin/v1/accounts');
     expect(
       (listed.body as { accounts: { id: string }[] }).accounts.map((account) => account.id),
-    ).toEqual(['acct_shop']);
+    ).toEqual(['acct_keyless', 'acct_shop']);
     expect(findLeaks(logs.lines.join('\n'), [ADMIN_TOKEN])).toEqual([]);
   });
 

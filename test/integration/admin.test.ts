@@ -28,6 +28,16 @@ const WRITES: readonly [string, string, unknown][] = [
   ['POST', '/admin/v1/keys/key_l1/revoke', undefined],
 ];
 
+interface UsageBody {
+  readonly account_id: string;
+  readonly scopes: readonly {
+    scope: string;
+    limit: number;
+    remaining: number;
+    reset_seconds: number;
+  }[];
+}
+
 function portOf(url: string | undefined): number {
   if (url === undefined) throw new Error('no admin listener');
   return Number(new URL(url).port);
@@ -165,6 +175,53 @@ describe('the admin listener with a keys file', () => {
       from: '127.0.77.2',
     });
     expect(other.status).toBe(200);
+  });
+
+  it("shows an account's use of each per-account scope from the counters that decide, spending nothing", async () => {
+    const main = portOf(gateway.url);
+    const spent = 3;
+    for (let n = 0; n < spent; n++) {
+      const answer = await httpRequest({
+        port: main,
+        path: '/api/v1/transactions/',
+        headers: { authorization: `Bearer ${fixtures.keys.level2.secretKey}` },
+      });
+      expect(answer.status).toBe(200);
+    }
+    const usage = async (): Promise<UsageBody> => {
+      const answer = await admin('GET', '/admin/v1/accounts/acct_open/usage', {
+        token: ADMIN_TOKEN,
+      });
+      expect(answer.status).toBe(200);
+      expect(answer.headers['cache-control']).toBe('no-store');
+      return answer.body as unknown as UsageBody;
+    };
+    const first = await usage();
+    expect(first.account_id).toBe('acct_open');
+    expect(first.scopes.map((scope) => scope.scope)).toEqual(['payments', 'authenticated']);
+    expect(first.scopes[0]).toEqual({
+      scope: 'payments',
+      limit: 1500,
+      remaining: 1500,
+      reset_seconds: 60,
+    });
+    expect(first.scopes[1]).toMatchObject({ limit: 100, remaining: 100 - spent });
+    expect(first.scopes[1]?.reset_seconds).toBeGreaterThan(0);
+    expect(first.scopes[1]?.reset_seconds).toBeLessThanOrEqual(60);
+    // Reading spends nothing: a second read shows the same.
+    const second = await usage();
+    expect(
+      second.scopes.map(({ scope, limit, remaining }) => ({ scope, limit, remaining })),
+    ).toEqual(first.scopes.map(({ scope, limit, remaining }) => ({ scope, limit, remaining })));
+  });
+
+  it('answers 404 for the usage of an unknown account, and 401 without the token', async () => {
+    const unknown = await admin('GET', '/admin/v1/accounts/acct_nobody/usage', {
+      token: ADMIN_TOKEN,
+    });
+    expectErrorBody(unknown, { status: 404, code: 'not_found' });
+    const anonymous = await admin('GET', '/admin/v1/accounts/acct_open/usage');
+    expectErrorBody(anonymous, { status: 401, code: 'missing_credentials' });
   });
 
   it('answers 404 for an unknown path and 405 with Allow for another method', async () => {

@@ -409,7 +409,7 @@ describeWithPostgres('the key command on the database', () => {
       const result = await keys(['list', '--database-url', empty]);
       expectOneLineError(
         result,
-        /schema version 0, this build needs 1: run the migrations first \(tollgate-keys migrate, or npm run migrate in a checkout\)/,
+        /schema version 0, this build needs 2: run the migrations first \(tollgate-keys migrate, or npm run migrate in a checkout\)/,
       );
       const check = new Pool({ connectionString: empty });
       const tables = await check.query(
@@ -423,9 +423,11 @@ describeWithPostgres('the key command on the database', () => {
       const empty = await server.createDatabase('migrated');
       const first = await keys(['migrate', '--database-url', empty]);
       expect({ code: first.code, stderr: first.stderr }).toEqual({ code: 0, stderr: '' });
-      expect(first.stdout).toMatch(/schema version 0 -> 1 \(001_keys\)/);
+      expect(first.stdout).toMatch(
+        /schema version 0 -> 2 \(001_keys, 002_limits_and_permissions\)/,
+      );
       const again = await keys(['migrate', '--database-url', empty]);
-      expect(again.stdout).toMatch(/is at schema version 1: nothing to do/);
+      expect(again.stdout).toMatch(/is at schema version 2: nothing to do/);
       const listed = await keys(['list', '--database-url', empty]);
       expect({ code: listed.code, stderr: listed.stderr }).toEqual({ code: 0, stderr: '' });
       expectOneLineError(await keys(['migrate', '--file', 'keys.json']), /--file is for import/);

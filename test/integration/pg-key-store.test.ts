@@ -81,6 +81,44 @@ describeWithPostgres('PostgreSQL key store', () => {
       await Promise.all(pools.map((pool) => pool.end()));
     });
 
+    it('migration 2 upgrades a version-1 database in place: rows kept, limits and permissions checked and versioned', async () => {
+      const url = await server.createDatabase('upgrade');
+      const pool = new Pool({ connectionString: url });
+      const migrations = readMigrations();
+      await migrate(pool, migrations.slice(0, 1));
+      expect(await schemaVersion(pool)).toBe(1);
+      await pool.query("INSERT INTO accounts (id) VALUES ('acct_old')");
+      await pool.query(
+        "INSERT INTO keys (id, account_id, publishable_key, secret_sha256) VALUES ('key_old', 'acct_old', 'pk_test_0123456789abcdefghij', decode(repeat('ab', 32), 'hex'))",
+      );
+      await migrate(pool, migrations.slice(0, 2));
+      expect(await schemaVersion(pool)).toBe(2);
+      const kept = await pool.query<{ limits: unknown; permissions: unknown }>(
+        "SELECT a.limits, k.permissions FROM keys k JOIN accounts a ON a.id = k.account_id WHERE k.id = 'key_old'",
+      );
+      expect(kept.rows).toEqual([{ limits: null, permissions: null }]);
+      const version = async (sql: string): Promise<string> =>
+        (await pool.query<{ version: string }>(sql)).rows[0]?.version ?? '';
+      const accountBefore = await version("SELECT version FROM accounts WHERE id = 'acct_old'");
+      await pool.query(`UPDATE accounts SET limits = '{"payments": 6000}' WHERE id = 'acct_old'`);
+      expect(await version("SELECT version FROM accounts WHERE id = 'acct_old'")).not.toBe(
+        accountBefore,
+      );
+      const keyBefore = await version("SELECT version FROM keys WHERE id = 'key_old'");
+      await pool.query("UPDATE keys SET permissions = '{wallets:read}' WHERE id = 'key_old'");
+      expect(await version("SELECT version FROM keys WHERE id = 'key_old'")).not.toBe(keyBefore);
+      await expect(
+        pool.query("UPDATE accounts SET limits = '[1]' WHERE id = 'acct_old'"),
+      ).rejects.toThrow(/accounts_limits_object/);
+      await expect(
+        pool.query("UPDATE keys SET permissions = '{}' WHERE id = 'key_old'"),
+      ).rejects.toThrow(/keys_permissions_not_empty/);
+      await expect(
+        pool.query("UPDATE keys SET permissions = '{\"wallets read\"}' WHERE id = 'key_old'"),
+      ).rejects.toThrow(/keys_permissions_format/);
+      await pool.end();
+    });
+
     it('npm run migrate migrates; the gateway refuses an unmigrated database in one line', async () => {
       const url = await server.createDatabase('gateway');
       const env = { ...process.env, TOLLGATE_DATABASE_URL: url, NODE_ENV: 'test' };
@@ -90,10 +128,12 @@ describeWithPostgres('PostgreSQL key store', () => {
       expect(refused).toMatchObject({ code: 1 });
       const stderr = (refused as { stderr: string }).stderr.trim();
       expect(stderr.split('\n')).toHaveLength(1);
-      expect(stderr).toMatch(/schema version 0, this build needs 1: run the migrations/);
+      expect(stderr).toMatch(/schema version 0, this build needs 2: run the migrations/);
 
       const first = await run('node', ['dist/gateway/migrate.js'], { cwd: root, env });
-      expect(first.stdout).toMatch(/schema version 0 -> 1 \(001_keys\)/);
+      expect(first.stdout).toMatch(
+        /schema version 0 -> 2 \(001_keys, 002_limits_and_permissions\)/,
+      );
       const second = await run('node', ['dist/gateway/migrate.js'], { cwd: root, env });
       expect(second.stdout).toMatch(/nothing to do/);
       await expect(PgKeyStore.open({ connectionString: url }).then((s) => s.close())).resolves.toBe(

@@ -209,6 +209,39 @@ describeWithRedis('the rate limiter on a real Redis', () => {
     }
   });
 
+  it("shows an account's usage from the Redis counters that decide, reading without spending", async () => {
+    const gatewayPrefix = uniquePrefix('usage');
+    const gateway = await startTestGateway({ redis: connection, redisPrefix: gatewayPrefix });
+    try {
+      const spent = 4;
+      for (let n = 0; n < spent; n++) {
+        const answer = await gateway.send({
+          path: '/api/v1/wallets/',
+          headers: bearer(gateway.fixtures.keys.level1.secretKey),
+        });
+        expect(answer.status).toBe(200);
+      }
+      const key = `${gatewayPrefix}payments:account:{acct_open}`;
+      expect(await admin.get(key)).toBe(String(spent));
+      const first = await gateway.app.usage('acct_open');
+      const second = await gateway.app.usage('acct_open', { payments: 2000 });
+      expect(await admin.get(key)).toBe(String(spent));
+      expect(first.map(({ scope, limit, remaining }) => ({ scope, limit, remaining }))).toEqual([
+        { scope: 'payments', limit: 1500, remaining: 1500 - spent },
+        { scope: 'authenticated', limit: 100, remaining: 100 },
+      ]);
+      // The account's own limit, when it has one.
+      expect(second[0]).toMatchObject({ limit: 2000, remaining: 2000 - spent });
+      const ttlSeconds = (await admin.pttl(key)) / 1000;
+      expect(first[0]?.resetSeconds).toBeGreaterThanOrEqual(Math.floor(ttlSeconds));
+      expect(first[0]?.resetSeconds).toBeLessThanOrEqual(60);
+      expect(first[1]?.resetSeconds).toBe(60);
+      expect(await admin.exists(`${gatewayPrefix}authenticated:account:{acct_open}`)).toBe(0);
+    } finally {
+      await gateway.close();
+    }
+  });
+
   it('keeps Redis keys to the prefix, the scope and the account id or client IP, never a credential', async () => {
     const gatewayPrefix = uniquePrefix('keys');
     const gateway = await startTestGateway({ redis: connection, redisPrefix: gatewayPrefix });
@@ -232,6 +265,12 @@ describeWithRedis('the rate limiter on a real Redis', () => {
         }),
         gateway.send({ path: '/api/v1/checkout/chk_1/', headers: publishable }),
         gateway.send({
+          method: 'POST',
+          path: '/api/v1/payment/status/',
+          headers: publishable,
+          body: { id: 'pay_1' },
+        }),
+        gateway.send({
           path: '/api/v1/transactions/',
           headers: bearer(walled.secretKey),
           from: '127.0.0.2',
@@ -242,18 +281,19 @@ describeWithRedis('the rate limiter on a real Redis', () => {
         }),
       ]);
       expect([exchange.status, ...answers.map((answer) => answer.status)]).toEqual([
-        200, 200, 200, 200, 200, 200, 401,
+        200, 200, 200, 200, 200, 200, 200, 401,
       ]);
 
       const written = (await admin.keys(`${gatewayPrefix}*`)).sort();
       expect(written).toEqual(
         [
           'auth-failures:127.0.0.1',
-          'authenticated:account:acct_open',
-          'authenticated:account:acct_walled',
+          'authenticated:account:{acct_open}',
+          'authenticated:account:{acct_walled}',
           'checkout-create:ip:127.0.0.1',
           'checkout-read:ip:127.0.0.1',
-          'payments:account:acct_open',
+          'payments-publishable:account:{acct_open}:ip:127.0.0.1',
+          'payments:account:{acct_open}',
         ].map((key) => `${gatewayPrefix}${key}`),
       );
       const credentials = Object.values(gateway.fixtures.keys).flatMap((key) => [

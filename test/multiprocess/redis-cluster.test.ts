@@ -110,6 +110,32 @@ describeWithOwnedRedis('gateway processes on a three-master Redis Cluster', () =
     );
   });
 
+  it("counts a publishable key's requests in its account's scope and its per-IP cap, all or nothing, on the account's master", async () => {
+    const limit = DEFAULT_LIMITS.publishablePayments;
+    const clientIp = '198.51.100.45';
+    const answers = await hammer(INSTANCES * limit, CONCURRENCY, (index) => ({
+      url: fleet[index % INSTANCES]?.url ?? '',
+      method: 'POST',
+      path: '/api/v1/payment/status/',
+      headers: {
+        [PUBLIC_KEY_HEADER]: keys.fixtures.keys.level1.publishableKey,
+        'x-forwarded-for': clientIp,
+      },
+      body: { id: 'pay_1' },
+    }));
+    if (statusCounts(answers)[200] !== limit)
+      printRateLimitEvents('[redis-cluster] publishable cap count off', fleet);
+    expect(statusCounts(answers)).toEqual({ 200: limit, 429: (INSTANCES - 1) * limit });
+    // Both counters share the account's hash tag, so one script call reads and counts both; the
+    // refused requests spent neither.
+    const accountKey = `${prefix}payments:account:{acct_open}`;
+    const capKey = `${prefix}payments-publishable:account:{acct_open}:ip:${clientIp}`;
+    const master = await masterPortOf(cluster, accountKey);
+    expect(await masterPortOf(cluster, capKey)).toBe(master);
+    expect(await redisCommand(master, ['GET', capKey])).toBe(String(limit));
+    expect(await redisCommand(master, ['GET', accountKey])).toBe(String(limit));
+  });
+
   const checkout = (index: number, clientIp: string): RequestSpec => ({
     url: fleet[index % INSTANCES]?.url ?? '',
     method: 'POST',

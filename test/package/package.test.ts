@@ -10,7 +10,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import http from 'node:http';
-import { tmpdir } from 'node:os';
+import { homedir, tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { generateKey, sha256 } from '../../lib';
@@ -26,6 +26,25 @@ const run = promisify(execFile);
 const ROOT = path.join(__dirname, '..', '..');
 const TSC = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 const SETUP_TIMEOUT_MS = 300_000;
+
+/**
+ * A folder for the throwaway apps from which no `pg` can be found: Node looks for a package in
+ * every ancestor's `node_modules`, so a `pg` installed above the temporary folder (by a benchmark
+ * or another project on the machine) would answer the key command's database check.
+ */
+function workBase(): string {
+  const candidates = [tmpdir(), '/var/tmp', homedir()];
+  const clean = candidates.find((base) => {
+    for (let dir = path.resolve(base); ; dir = path.dirname(dir)) {
+      if (existsSync(path.join(dir, 'node_modules', 'pg'))) return false;
+      if (path.dirname(dir) === dir) return true;
+    }
+  });
+  if (clean === undefined) {
+    throw new Error(`every candidate folder has a pg above it: ${candidates.join(', ')}`);
+  }
+  return clean;
+}
 
 const MAJORS = [
   { label: 'Express 5', express: 'express@5.3.0', types: '@types/express@5.0.6' },
@@ -190,7 +209,7 @@ describe('the packed kit, installed into fresh apps', () => {
   const children: ChildProcess[] = [];
 
   beforeAll(async () => {
-    work = mkdtempSync(path.join(tmpdir(), 'tollgate-package-'));
+    work = mkdtempSync(path.join(workBase(), 'tollgate-package-'));
     // A checkout without dist/, as a clean clone is: `npm pack` must build it (prepack), and the
     // build must not touch this checkout's dist/, which other tests are running.
     const checkout = path.join(work, 'checkout');
@@ -256,6 +275,7 @@ describe('the packed kit, installed into fresh apps', () => {
         'package/dist/gateway/keys-cli/database-commands.js',
         // PgKeyStore.migrate() applies them; PgKeyStore.open() checks the database against them.
         'package/migrations/001_keys.sql',
+        'package/migrations/002_limits_and_permissions.sql',
         'package/package.json',
       ]),
     );

@@ -223,3 +223,48 @@ describe('LiveKeyRing against a model of the database', () => {
     expect(ring.size).toBe(1);
   });
 });
+
+describe('LiveKeyRing and account limits (contract 16)', () => {
+  const keyRow = (id: string, accountId: string): KeyRow => ({
+    id,
+    accountId,
+    role: 'administrator',
+    publishableKey: `pk_test_${id}_padding_0123456789`,
+    secretKeySha256: sha256(`sk_${id}`),
+    revoked: false,
+  });
+
+  it("gives base keys and layer keys their account's new limits in the batch that changes them", () => {
+    const builder = new PackedTableBuilder();
+    const account = builder.addAccount('acct_a', undefined, { payments: 3 });
+    builder.addKey({ ...keyRow('key_base', 'acct_a'), account });
+    const ring = new LiveKeyRing(new PackedKeyRing(builder.build()));
+    ring.apply({
+      accounts: [],
+      keys: [keyRow('key_layer', 'acct_a')],
+      deletedAccounts: [],
+      deletedKeys: [],
+    });
+    expect(ring.findById('key_base')?.limits).toEqual({ payments: 3 });
+    expect(ring.findById('key_layer')?.limits).toEqual({ payments: 3 });
+
+    const raised = Object.freeze({ payments: 6000 });
+    ring.apply({
+      accounts: [{ id: 'acct_a', ipWhitelist: undefined, limits: raised }],
+      keys: [],
+      deletedAccounts: [],
+      deletedKeys: [],
+    });
+    expect(ring.findBySecretKey('sk_key_base')?.limits).toBe(raised);
+    expect(ring.findById('key_layer')?.limits).toBe(raised);
+
+    ring.apply({
+      accounts: [{ id: 'acct_a', ipWhitelist: undefined }],
+      keys: [],
+      deletedAccounts: [],
+      deletedKeys: [],
+    });
+    expect(ring.findById('key_base')?.limits).toBeUndefined();
+    expect(ring.findById('key_layer')?.limits).toBeUndefined();
+  });
+});

@@ -267,3 +267,91 @@ describe('PackedKeyRing', () => {
     );
   });
 });
+
+describe('PackedKeyRing with limit overrides (contract 16)', () => {
+  const key = (id: string) => ({
+    id,
+    role: 'administrator' as const,
+    publishableKey: `pk_test_${id}_padding_0123456789`,
+    secretKeySha256: sha256(`sk_${id}`),
+    revoked: false,
+  });
+  const builder = new PackedTableBuilder();
+  const sets: (Readonly<Record<string, number>> | undefined)[] = [
+    { payments: 6000, authenticated: 300 },
+    { authenticated: 300, payments: 6000 }, // the same set, written in another order
+    { payments: 3 },
+    undefined,
+  ];
+  sets.forEach((limits, a) => {
+    const account = builder.addAccount(`acct_${a}`, undefined, limits);
+    builder.addKey({ ...key(`key_${a}_x`), account });
+    builder.addKey({ ...key(`key_${a}_y`), account });
+  });
+  const ring = new PackedKeyRing(builder.build());
+
+  it("gives each key its account's limits", () => {
+    expect(ring.findById('key_0_x')?.limits).toEqual({ authenticated: 300, payments: 6000 });
+    expect(ring.findBySecretKey('sk_key_2_y')?.limits).toEqual({ payments: 3 });
+    expect(ring.findById('key_3_x')?.limits).toBeUndefined();
+    expect(ring.accountAt(ring.indexOfAccount('acct_2')).limits).toEqual({ payments: 3 });
+  });
+
+  it('stores each distinct set once, shared by the accounts that have it', () => {
+    expect(ring.table.limitOffsets).toHaveLength(3);
+    expect(ring.table.accountLimits[1]).toBe(ring.table.accountLimits[0]);
+    expect([...ring.table.accountLimits]).toEqual([0, 0, 1, -1]);
+  });
+
+  it('makes one frozen object per set, once, never one per lookup', () => {
+    const first = ring.findById('key_0_x')?.limits;
+    expect(Object.isFrozen(first)).toBe(true);
+    expect(ring.findById('key_0_y')?.limits).toBe(first);
+    expect(ring.findBySecretKey('sk_key_1_x')?.limits).toBe(first);
+    expect(ring.findByPublishableKey(key('key_1_y').publishableKey)?.limits).toBe(first);
+    expect(ring.findById('key_2_x')?.limits).toBe(ring.findById('key_2_y')?.limits);
+  });
+
+  it('carries the limits when moved to another thread', async () => {
+    const { port1, port2 } = new MessageChannel();
+    const received = new Promise<PackedTable>((resolve) => {
+      port2.once('message', resolve);
+    });
+    const copy = new PackedTableBuilder();
+    copy.addAccount('acct_m', undefined, { payments: 42 });
+    copy.addKey({ ...key('key_m'), account: 0 });
+    const table = copy.build();
+    port1.postMessage(table, transferList(table));
+    const moved = await received;
+    port1.close();
+    expect(table.limitText.byteLength).toBe(0); // detached: it was moved
+    expect(new PackedKeyRing(moved).findById('key_m')?.limits).toEqual({ payments: 42 });
+  });
+
+  it('stays compact: 200,000 keys over 100,000 accounts, every account overridden, well under 600 B a key', () => {
+    const many = new PackedTableBuilder();
+    const digest = Buffer.alloc(32);
+    for (let a = 0; a < 100_000; a++) {
+      const account = many.addAccount(`acct_${a}`, undefined, { payments: 1000 + (a % 50) });
+      for (let k = 0; k < 2; k++) {
+        digest.writeUInt32BE(a * 2 + k, 0);
+        many.addKey({
+          id: `key_${a}_${k}`,
+          account,
+          role: 'level-2',
+          publishableKey: `pk_test_${a}_${k}_0123456789abcdef`,
+          secretKeySha256: digest,
+          revoked: false,
+        });
+      }
+    }
+    const table = many.build();
+    const bytes = transferList(table).reduce((sum, buffer) => sum + buffer.byteLength, 0);
+    const perKey = bytes / table.keyCount;
+    process.stdout.write(
+      `[packed-key-ring] 200,000 keys, 100,000 accounts with limits (50 distinct sets): ${perKey.toFixed(1)} B/key in the table, limit sets ${table.limitText.byteLength} B\n`,
+    );
+    expect(perKey).toBeLessThan(600);
+    expect(table.limitOffsets).toHaveLength(51);
+  });
+});

@@ -175,6 +175,28 @@ describe('CompactMemoryStore', () => {
     store.shutdown();
   });
 
+  it('reads a count with peek() without counting, and hit() counts as increment() does', () => {
+    let now = START;
+    const store = new CompactMemoryStore({ now: () => now });
+    store.init({ windowMs: 60_000 });
+    const reading = { count: -1, resetAt: 0 };
+    store.peek('account:{acct_1}', reading);
+    expect(reading).toEqual({ count: 0, resetAt: START + 60_000 });
+    now += 500;
+    store.hit('account:{acct_1}', reading);
+    expect(reading).toEqual({ count: 1, resetAt: START + 60_500 });
+    store.hit('account:{acct_1}', reading);
+    now += 1000;
+    store.peek('account:{acct_1}', reading);
+    store.peek('account:{acct_1}', reading);
+    expect(reading).toEqual({ count: 2, resetAt: START + 60_500 });
+    expect(store.get('account:{acct_1}')?.totalHits).toBe(2);
+    now = START + 60_500;
+    store.peek('account:{acct_1}', reading);
+    expect(reading).toEqual({ count: 0, resetAt: START + 120_500 });
+    store.shutdown();
+  });
+
   it('drops the keys of a window that is over, by its timer, with no call coming', () => {
     jest.useFakeTimers({ now: START });
     const store = new CompactMemoryStore();

@@ -1,0 +1,360 @@
+import {
+  type CompactKey,
+  compactKey,
+  CompactMemoryStore,
+  type CounterReading,
+} from './compact-memory-store';
+import { type RedisCommandFn, type RedisReply, redisCommandFn, scriptSha1 } from './redis-commands';
+import type { RedisHealth } from './redis-health';
+import type { LimiterRedis } from './window';
+
+/**
+ * All-or-nothing admission over several fixed-window counters (contract 16): a request is
+ * admitted only if every enforced counter it meets has room, and then counts once in each; a
+ * refused request counts nowhere, so every counter equals the requests it admitted.
+ *
+ * - In Redis: one script call (`EVALSHA`, `EVAL` once after `NOSCRIPT`) per request, through the
+ *   limiter's `CommandBatch`, so the commands of one event-loop turn still leave as one pipeline
+ *   under one deadline. The script reads every counter, then increments all of them or none. The
+ *   keys of one call must share a Cluster hash slot: the caller tags them (`account:{id}`).
+ * - In memory (no Redis, or Redis unusable): the same check in one synchronous step over each
+ *   scope's `CompactMemoryStore`; while Redis is unusable the local count is multiplied by
+ *   `expectedInstances`, so N gateways admit about one limit between them.
+ * - Keys seen full (count at their limit) are remembered with that count until their window
+ *   resets, and refused without asking Redis while the limit asked for is not above the count:
+ *   the limit is the request's own (per-account overrides), never one fixed per scope.
+ *
+ * Replaces rate-limit-redis and express-rate-limit's increment-then-check for the core's scopes:
+ * those count refused requests too and take one script call per scope, so they can neither keep a
+ * refusal from spending the other limits nor check several limits in one round trip.
+ */
+
+/**
+ * KEYS: the counters. ARGV[1]: the window in ms; then, per key, its limit and `1` if it is
+ * enforced (a shadow counter never refuses). Reads every counter first; when no enforced one is
+ * full, counts one in each that has room. Returns `{refused, hits1, ttl1, hits2, ttl2, …}`:
+ * `refused` is the 1-based index of the enforced counter that refused, or 0; `hits` is the count
+ * with this request, counted or not (above the limit: no room), or the count as it was when
+ * another counter refused; `ttl` is the counter's PTTL, negative when it has no window yet.
+ */
+export const ADMIT_SCRIPT = `local window = tonumber(ARGV[1])
+local reply = {0}
+local refused = 0
+for i = 1, #KEYS do
+  local ttl = redis.call('PTTL', KEYS[i])
+  local count = 0
+  if ttl >= 0 then count = tonumber(redis.call('GET', KEYS[i])) or 0 end
+  if count >= tonumber(ARGV[2 * i]) then
+    count = count + 1
+    if refused == 0 and ARGV[2 * i + 1] == '1' then refused = i end
+  end
+  reply[2 * i] = count
+  reply[2 * i + 1] = ttl
+end
+if refused == 0 then
+  for i = 1, #KEYS do
+    if reply[2 * i] < tonumber(ARGV[2 * i]) then
+      if reply[2 * i + 1] < 0 then
+        redis.call('SET', KEYS[i], 1, 'PX', window)
+        reply[2 * i + 1] = window
+      else
+        redis.call('INCR', KEYS[i])
+      end
+      reply[2 * i] = reply[2 * i] + 1
+    end
+  end
+end
+reply[1] = refused
+return reply`;
+
+/** KEYS: the counters. Returns `{count1, ttl1, …}`; a counter without a window reads 0 and -2. */
+export const READ_SCRIPT = `local reply = {}
+for i = 1, #KEYS do
+  local ttl = redis.call('PTTL', KEYS[i])
+  local count = 0
+  if ttl >= 0 then count = tonumber(redis.call('GET', KEYS[i])) or 0 end
+  reply[2 * i - 1] = count
+  reply[2 * i] = ttl
+end
+return reply`;
+
+/** A key seen full: its count then, and when its window resets (ms since epoch). */
+interface Full {
+  readonly count: number;
+  readonly until: number;
+}
+
+/** One scope's counters in this process: the local counts, and the keys seen full. */
+export class LocalCounters {
+  readonly memory: CompactMemoryStore;
+  private readonly full = new Map<CompactKey, Full>();
+
+  constructor(
+    /** Put before each key in Redis: `tollgate:rl:payments:`. */
+    readonly prefix: string,
+    windowMs: number,
+    private readonly maxFullKeys: number,
+    private readonly now: () => number,
+  ) {
+    this.memory = new CompactMemoryStore({ now });
+    this.memory.init({ windowMs });
+  }
+
+  /** When `key` is known to have no room under `limit`: the time its window resets. */
+  fullUntil(key: string, limit: number): number | undefined {
+    const compact = compactKey(key, 'ip:');
+    const seen = this.full.get(compact);
+    if (seen === undefined) return undefined;
+    if (seen.until <= this.now()) {
+      this.full.delete(compact);
+      return undefined;
+    }
+    return seen.count >= limit ? seen.until : undefined;
+  }
+
+  /** Remembers `key` as full; when the map is full the oldest entry goes (about expiry order). */
+  markFull(key: string, count: number, until: number): void {
+    const compact = compactKey(key, 'ip:');
+    this.full.delete(compact);
+    if (this.full.size >= this.maxFullKeys) {
+      const oldest = this.full.keys().next();
+      if (oldest.done !== true) this.full.delete(oldest.value);
+    }
+    this.full.set(compact, { count, until });
+  }
+
+  shutdown(): void {
+    this.memory.shutdown();
+    this.full.clear();
+  }
+}
+
+/** One counter a request meets, with the limit that applies to this request. */
+export interface CounterRequest {
+  readonly counter: LocalCounters;
+  /** The counted key, without the scope's prefix: `account:{acct_1}`, `ip:203.0.113.7`. */
+  readonly key: string;
+  readonly limit: number;
+  /** `false` for a scope in shadow mode: counted, but its refusal refuses nothing. */
+  readonly enforced: boolean;
+}
+
+export interface AdmissionOutcome {
+  /** The index of the enforced request that refused, or -1 when the request is admitted. */
+  readonly refusedAt: number;
+  /**
+   * Per request, its hits and reset. Hits: the count with this request, counted or not (above
+   * the limit: it had no room), or the count as it was when another counter refused. When refused
+   * from memory (a key known full), only the refusing entry is read: the others hold zeros.
+   */
+  readonly readings: readonly CounterReading[];
+}
+
+export interface AdmissionStoreOptions {
+  readonly windowMs: number;
+  readonly redis?: LimiterRedis | undefined;
+  /** Gateway instances expected to share the limits, used while Redis is unusable. Defaults to 1. */
+  readonly expectedInstances?: number | undefined;
+  /** Keys remembered as full per scope, at most. Defaults to 100 000. */
+  readonly maxFullKeys?: number | undefined;
+  readonly now?: (() => number) | undefined;
+}
+
+const DEFAULT_MAX_FULL_KEYS = 100_000;
+
+interface Shared {
+  readonly send: RedisCommandFn;
+  readonly health: RedisHealth;
+  readonly admitSha: string;
+  readonly readSha: string;
+}
+
+export class AdmissionStore {
+  private readonly windowMs: number;
+  private readonly windowArg: string;
+  private readonly expectedInstances: number;
+  private readonly maxFullKeys: number;
+  private readonly now: () => number;
+  private readonly shared: Shared | undefined;
+  private readonly counters: LocalCounters[] = [];
+
+  constructor(options: AdmissionStoreOptions) {
+    this.windowMs = options.windowMs;
+    this.windowArg = String(options.windowMs);
+    this.expectedInstances = options.expectedInstances ?? 1;
+    this.maxFullKeys = options.maxFullKeys ?? DEFAULT_MAX_FULL_KEYS;
+    this.now = options.now ?? Date.now;
+    const { redis } = options;
+    if (redis !== undefined) {
+      const send = redisCommandFn(redis.client);
+      this.shared = {
+        send,
+        health: redis.health,
+        admitSha: loadScript(send, ADMIT_SCRIPT),
+        readSha: loadScript(send, READ_SCRIPT),
+      };
+    }
+  }
+
+  /** The counters of one scope, whose Redis keys start with `prefix`. */
+  countersFor(prefix: string): LocalCounters {
+    const counters = new LocalCounters(prefix, this.windowMs, this.maxFullKeys, this.now);
+    this.counters.push(counters);
+    return counters;
+  }
+
+  /** Admits one request against every counter it meets, or refuses it spending none of them. */
+  async admit(requests: readonly CounterRequest[]): Promise<AdmissionOutcome> {
+    const readings = requests.map(emptyReading);
+    const shared = this.shared;
+    if (shared === undefined) {
+      return { refusedAt: this.admitLocal(requests, readings, 1), readings };
+    }
+    const known = this.knownFull(requests, readings);
+    if (known >= 0) return { refusedAt: known, readings };
+    const reply = await this.call(shared, shared.admitSha, requests, true);
+    let refusedAt: number;
+    if (reply === undefined) {
+      refusedAt = this.admitLocal(requests, readings, this.expectedInstances);
+    } else {
+      refusedAt = Number(reply[0]) - 1;
+      this.readReply(reply, 1, readings);
+    }
+    this.rememberFull(requests, readings);
+    return { refusedAt, readings };
+  }
+
+  /** Reads every counter without counting (Redis when usable, else the local counts). */
+  async read(requests: readonly CounterRequest[]): Promise<CounterReading[]> {
+    const readings = requests.map(emptyReading);
+    const shared = this.shared;
+    const reply =
+      shared === undefined ? undefined : await this.call(shared, shared.readSha, requests, false);
+    if (reply !== undefined) {
+      this.readReply(reply, 0, readings);
+      return readings;
+    }
+    const scale = shared === undefined ? 1 : this.expectedInstances;
+    for (let i = 0; i < requests.length; i++) {
+      const request = requests[i];
+      const reading = readings[i];
+      if (request === undefined || reading === undefined) continue;
+      request.counter.memory.peek(request.key, reading);
+      reading.count *= scale;
+    }
+    return readings;
+  }
+
+  shutdown(): void {
+    for (const counters of this.counters) counters.shutdown();
+  }
+
+  /**
+   * The local check in one synchronous step, each count scaled by `scale`: the index of the first
+   * enforced counter without room, or -1 after counting in every counter that has room.
+   */
+  private admitLocal(
+    requests: readonly CounterRequest[],
+    readings: CounterReading[],
+    scale: number,
+  ): number {
+    let refusedAt = -1;
+    for (let i = 0; i < requests.length; i++) {
+      const request = requests[i];
+      const reading = readings[i];
+      if (request === undefined || reading === undefined) continue;
+      request.counter.memory.peek(request.key, reading);
+      reading.count *= scale;
+      if (reading.count + scale > request.limit) {
+        reading.count += scale;
+        if (refusedAt < 0 && request.enforced) refusedAt = i;
+      }
+    }
+    if (refusedAt >= 0) return refusedAt;
+    for (let i = 0; i < requests.length; i++) {
+      const request = requests[i];
+      const reading = readings[i];
+      if (request === undefined || reading === undefined) continue;
+      if (reading.count > request.limit) continue;
+      request.counter.memory.hit(request.key, reading);
+      reading.count *= scale;
+    }
+    return -1;
+  }
+
+  /** The first enforced request whose key is known full under its limit, with its reading. */
+  private knownFull(requests: readonly CounterRequest[], readings: CounterReading[]): number {
+    for (let i = 0; i < requests.length; i++) {
+      const request = requests[i];
+      const reading = readings[i];
+      if (request === undefined || reading === undefined || !request.enforced) continue;
+      const until = request.counter.fullUntil(request.key, request.limit);
+      if (until === undefined) continue;
+      reading.count = request.limit + 1;
+      reading.resetAt = until;
+      return i;
+    }
+    return -1;
+  }
+
+  private rememberFull(requests: readonly CounterRequest[], readings: CounterReading[]): void {
+    for (let i = 0; i < requests.length; i++) {
+      const request = requests[i];
+      const reading = readings[i];
+      if (request === undefined || reading === undefined) continue;
+      if (reading.count >= request.limit) {
+        request.counter.markFull(request.key, reading.count, reading.resetAt);
+      }
+    }
+  }
+
+  /** One script call; `undefined` when Redis is unusable or the call failed (never replayed). */
+  private async call(
+    shared: Shared,
+    sha: string,
+    requests: readonly CounterRequest[],
+    withLimits: boolean,
+  ): Promise<RedisReply[] | undefined> {
+    if (!shared.health.usable) return undefined;
+    const args: string[] = [sha, String(requests.length)];
+    for (const request of requests) args.push(request.counter.prefix + request.key);
+    if (withLimits) {
+      args.push(this.windowArg);
+      for (const request of requests) {
+        args.push(String(request.limit), request.enforced ? '1' : '0');
+      }
+    }
+    try {
+      const reply = await shared.send('EVALSHA', ...args);
+      if (!Array.isArray(reply)) throw new TypeError('the limit script gave no list');
+      shared.health.succeeded();
+      return reply;
+    } catch (error) {
+      shared.health.failed(error);
+      return undefined;
+    }
+  }
+
+  /** `count, ttl` pairs from `from` into `readings`; a counter without a window resets in one. */
+  private readReply(reply: readonly RedisReply[], from: number, readings: CounterReading[]): void {
+    const now = this.now();
+    readings.forEach((reading, index) => {
+      const ttl = Number(reply[from + 2 * index + 1]);
+      reading.count = Number(reply[from + 2 * index]);
+      reading.resetAt = now + (ttl >= 0 ? ttl : this.windowMs);
+    });
+  }
+}
+
+function emptyReading(): CounterReading {
+  return { count: 0, resetAt: 0 };
+}
+
+/**
+ * `SCRIPT LOAD`, answered locally by `redisCommandFn` (it keeps the text for `NOSCRIPT`): Redis
+ * learns the script from the first `EVAL` after a `NOSCRIPT`, once per server.
+ */
+function loadScript(send: RedisCommandFn, script: string): string {
+  void send('SCRIPT', 'LOAD', script);
+  return scriptSha1(script);
+}
