@@ -194,7 +194,7 @@ type StoreAction = Exclude<Action, 'accounts.usage'>;
 /**
  * `GET /admin/v1/accounts/:id/usage` (contract 16): every per-account scope of the account in the
  * current window, spending nothing. The account's limit overrides come from its keys in force; an
- * account without keys is found in the database, and an unknown one answers 404.
+ * account without keys is found in the database with its overrides, and an unknown one answers 404.
  */
 function usageHandler(
   directory: KeyDirectory,
@@ -213,9 +213,10 @@ function usageHandler(
         ? Promise.resolve(found)
         : manager
             .listAccounts()
-            .then((accounts) =>
-              accounts.some((account) => account.id === id) ? { limits: undefined } : undefined,
-            );
+            .then((accounts) => {
+              const account = accounts.find((candidate) => candidate.id === id);
+              return account === undefined ? undefined : { limits: account.limits ?? undefined };
+            });
     known
       .then(async (account) => {
         if (account === undefined) throw new NotFoundError();

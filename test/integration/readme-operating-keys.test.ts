@@ -129,14 +129,15 @@ describeWithPostgres('the README walk-through of operating keys on PostgreSQL', 
       { role: 'level-2', revoked: true, expires: true },
       { role: 'level-2', revoked: false, expires: false },
     ]);
-    const accounts = await pool.query('SELECT id, ip_whitelist FROM accounts ORDER BY id');
+    // acct_shop's limits set and put back by the key command; acct_market's set with curl.
+    const accounts = await pool.query('SELECT id, ip_whitelist, limits FROM accounts ORDER BY id');
     expect(accounts.rows).toEqual([
-      { id: 'acct_legacy', ip_whitelist: null },
-      { id: 'acct_market', ip_whitelist: null },
-      { id: 'acct_shop', ip_whitelist: null },
+      { id: 'acct_legacy', ip_whitelist: null, limits: null },
+      { id: 'acct_market', ip_whitelist: null, limits: { payments: 6000 } },
+      { id: 'acct_shop', ip_whitelist: null, limits: null },
     ]);
 
-    // The output the comments show, and the answers of the seven admin routes.
+    // The output the comments show, and the answers of the nine admin routes.
     expect(result.stdout).toContain(
       `Created key key_shop (level-2) for account acct_shop in the database postgres://postgres@127.0.0.1:${server.port}/`,
     );
@@ -146,6 +147,8 @@ describeWithPostgres('the README walk-through of operating keys on PostgreSQL', 
     for (const answer of [
       '"id":"acct_market","ip_whitelist":["198.51.100.0/24"]',
       '"id":"acct_market","ip_whitelist":null',
+      '"id":"acct_market","ip_whitelist":null,"limits":{"payments":6000}',
+      '{"account_id":"acct_market","scopes":[{"scope":"payments","limit":6000,"remaining":6000,',
       '"secret_key":"sk_test_',
       '"id":"key_market","account_id":"acct_market","role":"level-2"',
       '"previous":{"id":"key_market"',
