@@ -211,12 +211,10 @@ function usageHandler(
     const known =
       found !== undefined || manager === undefined
         ? Promise.resolve(found)
-        : manager
-            .listAccounts()
-            .then((accounts) => {
-              const account = accounts.find((candidate) => candidate.id === id);
-              return account === undefined ? undefined : { limits: account.limits ?? undefined };
-            });
+        : manager.listAccounts().then((accounts) => {
+            const account = accounts.find((candidate) => candidate.id === id);
+            return account === undefined ? undefined : { limits: account.limits ?? undefined };
+          });
     known
       .then(async (account) => {
         if (account === undefined) throw new NotFoundError();
