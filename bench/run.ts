@@ -83,7 +83,8 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  *
  * Side by side: BENCH_BASELINE_DIST, the `dist` directory of another build (an older commit, built
  * with `npm run build`). Then (e), (f) and, when `memory` is selected, (b) with a secret key also
- * run against `<BENCH_BASELINE_DIST>/gateway/server.js` (with this build's stub upstream, keys
+ * run against `<BENCH_BASELINE_DIST>/gateway/server.js`, and so does (c) with a secret key when
+ * `redis` is selected and Redis is there (with this build's stub upstream, keys
  * and wrk scripts) in BENCH_ROUNDS alternating rounds (3) of BENCH_ROUND_DURATION seconds (5, at
  * most BENCH_DURATION) after BENCH_WARMUP, each build in a fresh gateway process, which build goes
  * first swapped every round; the per-round and median ratios this build / baseline are printed.
@@ -659,15 +660,16 @@ function formatRss(cases: readonly RssCase[]): string {
 
 /**
  * Commands the scripts ran, as counted by commandstats: the calls of the data commands a limit
- * script uses, up to the commands a script runs per call (INCR and PTTL, the most either the
- * gateway's or rate-limit-redis's scripts make). An upper bound on what clients did not send.
+ * script uses, up to the commands a script runs per call for one counter (PTTL, GET and INCR or
+ * SET in the gateway's admission script; INCR and PTTL in rate-limit-redis's). An upper bound on
+ * what clients did not send.
  */
 function scriptInner(byName: ReadonlyMap<string, number>, scripts: number): number {
-  const inner = ['incr', 'pttl', 'pexpire', 'expire', 'get', 'incrby', 'pexpireat'];
+  const inner = ['incr', 'pttl', 'pexpire', 'expire', 'get', 'set', 'incrby', 'pexpireat'];
   const called = inner.reduce((sum, name) => sum + (byName.get(name) ?? 0), 0);
   return Math.min(called, scripts * SCRIPT_INNER_CALLS);
 }
-const SCRIPT_INNER_CALLS = 2;
+const SCRIPT_INNER_CALLS = 3;
 
 /** The issue's targets from what this run measured. */
 function targetsOf(bench: Bench): Target[] {
@@ -1054,6 +1056,8 @@ async function main(): Promise<void> {
       /** Checks the answers before measuring (and spends the budget for (f)). */
       readonly prepare: (url: string) => Promise<void>;
       readonly options: MeasureOptions;
+      /** Limits shared in Redis (a fresh key prefix per gateway) instead of process memory. */
+      readonly redis?: boolean;
     }
     const secretKeyCase: GatewayCase = {
       name: '(b) secret key',
@@ -1063,6 +1067,16 @@ async function main(): Promise<void> {
       script: scripts.secret,
       prepare: (url) => sanityCheck(url, first),
       options: { expected: SUCCESS },
+    };
+    const redisSecretKeyCase: GatewayCase = {
+      name: '(c) secret key, Redis',
+      target: TARGETS.redis,
+      credential: 'secret key',
+      env: {},
+      script: scripts.secret,
+      prepare: (url) => sanityCheck(url, first),
+      options: counted,
+      redis: true,
     };
     const wrongLeftCase: GatewayCase = {
       name: '(e) wrong key, budget left',
@@ -1091,8 +1105,8 @@ async function main(): Promise<void> {
     ): Promise<Row> => {
       const { url, gateway } = await startGateway(
         `${gatewayCase.target} (${build.label} build)`,
-        gatewayCase.env,
-        'memory',
+        { ...gatewayCase.env, ...(gatewayCase.redis === true ? withRedis() : {}) },
+        gatewayCase.redis === true ? 'shared' : 'memory',
         build,
       );
       try {
@@ -1120,6 +1134,7 @@ async function main(): Promise<void> {
     if (baseline !== undefined) {
       const compared = [
         ...(groups.has('memory') ? [secretKeyCase] : []),
+        ...(redis !== undefined && groups.has('redis') ? [redisSecretKeyCase] : []),
         ...(groups.has('wrong-credential') ? [wrongLeftCase, wrongSpentCase] : []),
       ];
       for (const gatewayCase of compared) {
