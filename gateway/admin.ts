@@ -240,7 +240,8 @@ function accountLimits(
   directory: KeyDirectory,
   accountId: string,
 ): { limits: KeyRecord['limits'] } | undefined {
-  for (const record of directory.keyRecords()) {
+  const records = directory.recordsOfAccount?.(accountId) ?? directory.keyRecords();
+  for (const record of records) {
     if (record.accountId === accountId) return { limits: record.limits };
   }
   return undefined;

@@ -62,6 +62,11 @@ export interface KeyStore {
  */
 export interface KeyDirectory {
   keyRecords(): Iterable<KeyRecord>;
+  /**
+   * The keys of one account, without a walk of every key (the admin routes ask per account while
+   * requests are served). Optional: without it, callers filter `keyRecords()`.
+   */
+  recordsOfAccount?(accountId: string): Iterable<KeyRecord>;
 }
 
 /**

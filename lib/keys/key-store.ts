@@ -44,6 +44,10 @@ export class KeyRing implements KeyStore, KeyDirectory {
     return this.records;
   }
 
+  recordsOfAccount(accountId: string): readonly KeyRecord[] {
+    return this.records.filter((record) => record.accountId === accountId);
+  }
+
   findBySecretKey(secretKey: string): KeyRecord | undefined {
     return this.index.findBySecretKey(secretKey);
   }
@@ -148,6 +152,10 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
 
   keyRecords(): Iterable<KeyRecord> {
     return this.ring.records();
+  }
+
+  recordsOfAccount(accountId: string): Iterable<KeyRecord> {
+    return this.ring.recordsOfAccount(accountId);
   }
 
   /** Keys in force. */

@@ -149,6 +149,21 @@ export class LiveKeyRing implements KeyStore, KeyDirectory {
       : this.base.record(k, changed);
   }
 
+  /** The keys of one account: the base's still in force, then the layer's. */
+  *recordsOfAccount(accountId: string): Generator<KeyRecord, void, undefined> {
+    const a = this.base.indexOfAccount(accountId);
+    if (a >= 0) {
+      for (const k of this.base.keysOfAccount(a)) {
+        const record = this.fromBase(k);
+        if (record !== undefined) yield record;
+      }
+    }
+    for (const id of this.keysByAccount.get(accountId) ?? []) {
+      const record = this.index.findById(id);
+      if (record !== undefined) yield record;
+    }
+  }
+
   /** Every key: the base's still in force, then the layer's. */
   *keyRecords(): Generator<KeyRecord, void, undefined> {
     for (let k = 0; k < this.base.size; k++) {

@@ -75,6 +75,13 @@ export class PackedKeyRing implements KeyStore {
     for (let k = 0; k < this.table.keyCount; k++) yield this.record(k);
   }
 
+  /** The keys of one account, found by its index. */
+  *recordsOfAccount(accountId: string): Generator<KeyRecord, void, undefined> {
+    const a = this.indexOfAccount(accountId);
+    if (a < 0) return;
+    for (const k of this.keysOfAccount(a)) yield this.record(k);
+  }
+
   /** The key whose digest is `digest` (compared in constant time), or -1. */
   indexOfDigest(digest: Uint8Array): number {
     const { bySecret, digests } = this.table;

@@ -612,6 +612,10 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     return this.ring.keyRecords();
   }
 
+  recordsOfAccount(accountId: string): Iterable<KeyRecord> {
+    return this.ring.recordsOfAccount(accountId);
+  }
+
   findBySecretKey(secretKey: string): KeyRecord | undefined {
     return this.noteUse(this.ring.findBySecretKey(secretKey));
   }

@@ -15,7 +15,8 @@ import { PackedKeyRing } from '../../lib/keys/packed-key-ring';
 /**
  * The live ring (a packed base under a layer of changes) against a model of plain maps: accounts
  * and keys as the database holds them. After any base and any sequence of change batches, every
- * lookup answers what the model says, and the listing holds exactly the model's keys.
+ * lookup answers what the model says, and the listing, in all and per account, holds exactly the
+ * model's keys.
  */
 
 const ACCOUNT_IDS = ['a0', 'a1', 'a2', 'a3'];
@@ -142,6 +143,14 @@ function check(ring: LiveKeyRing, model: Model): void {
   const byId = (a: unknown, b: unknown): number =>
     (a as { id: string }).id.localeCompare((b as { id: string }).id);
   expect(listed.sort(byId)).toEqual(wanted.sort(byId));
+  // Per account, found by the account's index: exactly the model's keys of that account.
+  for (const accountId of ACCOUNT_IDS) {
+    const ofAccount = [...ring.recordsOfAccount(accountId)].map(plain);
+    const wantedOfAccount = [...model.keys.values()]
+      .filter((row) => row.accountId === accountId)
+      .map((row) => expected(model, row));
+    expect(ofAccount.sort(byId)).toEqual(wantedOfAccount.sort(byId));
+  }
   for (const id of KEY_IDS) {
     const row = model.keys.get(id);
     const want = row === undefined ? undefined : expected(model, row);
