@@ -147,6 +147,7 @@ export {
   type AccountView,
   type AccountWithKeys,
   type CreateKeyOptions,
+  type KeyChanges,
   type KeysDocument,
   type KeyView,
   type NewKey,

@@ -1,6 +1,7 @@
 import type { Client, ClientConfig, Notification, Pool } from 'pg';
 import { IpWhitelist } from '../core/ip-whitelist';
 import { requireOptional } from '../optional-module';
+import { InvalidRequestError } from '../errors';
 import type { Logger } from '../types';
 import type { KeyEnvironment } from './key-format';
 import type {
@@ -614,11 +615,28 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   createKey(accountId: unknown, options: views.CreateKeyOptions = {}): Promise<views.NewKey> {
-    return this.written(admin.createKey(this.pool, accountId, options, this.environment));
+    return this.written(
+      admin.createKey(this.pool, accountId, options, this.environment, this.permissionNames),
+    );
   }
 
   setRole(keyId: unknown, role: unknown): Promise<views.KeyView> {
     return this.written(admin.setRole(this.pool, keyId, role));
+  }
+
+  /** Sets a key's permissions (contract 16); `null` lifts the restriction. */
+  setPermissions(keyId: unknown, permissions: unknown): Promise<views.KeyView> {
+    if (permissions === undefined) {
+      return Promise.reject(
+        new InvalidRequestError('permissions: a list of permissions, or null for no restriction'),
+      );
+    }
+    return this.updateKey(keyId, { permissions });
+  }
+
+  /** Changes a key's role, its permissions, or both, in one write. */
+  updateKey(keyId: unknown, changes: views.KeyChanges): Promise<views.KeyView> {
+    return this.written(admin.updateKey(this.pool, keyId, changes, this.permissionNames));
   }
 
   roll(
@@ -634,7 +652,9 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   import(document: unknown): Promise<{ accounts: number; keys: number }> {
-    return this.written(admin.importDocument(this.pool, document, this.limitScopes));
+    return this.written(
+      admin.importDocument(this.pool, document, this.limitScopes, this.permissionNames),
+    );
   }
 
   export(): Promise<views.KeysDocument> {
