@@ -69,6 +69,7 @@ export type KeyManager = Pick<
   | 'setLimits'
   | 'createKey'
   | 'setRole'
+  | 'updateKey'
   | 'roll'
   | 'revoke'
 >;
@@ -96,7 +97,7 @@ const ADMIN_ROUTES = [
     writes: true,
   },
   { method: 'POST', path: '/admin/v1/accounts/:id/keys', action: 'keys.create', writes: true },
-  { method: 'PATCH', path: '/admin/v1/keys/:id', action: 'keys.set_role', writes: true },
+  { method: 'PATCH', path: '/admin/v1/keys/:id', action: 'keys.update', writes: true },
   { method: 'POST', path: '/admin/v1/keys/:id/roll', action: 'keys.roll', writes: true },
   { method: 'POST', path: '/admin/v1/keys/:id/revoke', action: 'keys.revoke', writes: true },
 ] as const;
@@ -263,7 +264,7 @@ function fileHandlers(
     'accounts.set_ip_whitelist': refuse,
     'accounts.set_limits': refuse,
     'keys.create': refuse,
-    'keys.set_role': refuse,
+    'keys.update': refuse,
     'keys.roll': refuse,
     'keys.revoke': refuse,
   };
@@ -326,13 +327,19 @@ function databaseHandlers(manager: KeyManager): Record<StoreAction, RequestHandl
       }
       return accountView(await manager.setLimits(id, body.limits));
     }),
-    'keys.create': run(201, ['role', 'id', 'expires_at'], async ({ id, body }) =>
+    'keys.create': run(201, ['role', 'id', 'expires_at', 'permissions'], async ({ id, body }) =>
       newKeyView(
-        await manager.createKey(id, { role: body.role, id: body.id, expiresAt: body.expires_at }),
+        await manager.createKey(id, {
+          role: body.role,
+          id: body.id,
+          expiresAt: body.expires_at,
+          permissions: body.permissions,
+        }),
       ),
     ),
-    'keys.set_role': run(200, ['role'], async ({ id, body }) =>
-      keyView(await manager.setRole(id, body.role)),
+    // The role, the permissions (contract 16; null lifts them), or both in one write.
+    'keys.update': run(200, ['role', 'permissions'], async ({ id, body }) =>
+      keyView(await manager.updateKey(id, body)),
     ),
     'keys.roll': run(201, ['grace_seconds'], async ({ id, body }) => {
       const rolled = await manager.roll(id, body.grace_seconds);
@@ -396,6 +403,7 @@ function keyView(key: StoredKey): KeyView & { account_id: string } {
     revoked_at: key.revokedAt?.toISOString() ?? null,
     last_used_at: key.lastUsedAt?.toISOString() ?? null,
     revoked: key.revokedAt !== null,
+    permissions: key.permissions === null ? null : [...key.permissions],
   };
 }
 
@@ -455,6 +463,8 @@ interface KeyView {
   readonly revoked_at: string | null;
   readonly last_used_at: string | null;
   readonly revoked: boolean;
+  /** What a restricted key may do (contract 16); `null`: all its role allows. */
+  readonly permissions: readonly string[] | null;
 }
 
 /**
@@ -484,6 +494,7 @@ function accountViews(records: Iterable<KeyRecord>): AccountView[] {
       revoked_at: null,
       last_used_at: null,
       revoked: record.revoked,
+      permissions: record.permissions === undefined ? null : [...record.permissions],
     });
   }
   return [...accounts.values()];

@@ -276,6 +276,7 @@ function policyOf(route: RouteSpec): RoutePolicy<GatewayScope> {
     id: route.path,
     accept: route.accept,
     role: route.minimumRole,
+    permission: route.permission,
     limit: route.scope,
     // Contract 8: a browser holding a merchant's publishable key cannot spend the merchant's
     // whole `payments` budget.

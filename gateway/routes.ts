@@ -1,8 +1,9 @@
-import type { CredentialKind, Role } from '../lib';
+import type { CredentialKind, Permission, Role } from '../lib';
 
 /**
- * The sample gateway's routes: for each, the credentials it accepts, the minimum role and the
- * rate-limit scope. `app.ts` builds every route from this table and nothing else.
+ * The sample gateway's routes: for each, the credentials it accepts, the minimum role, the
+ * permission a restricted key needs (contract 16) and the rate-limit scope. `app.ts` builds every
+ * route, for its own proxy and for forward authentication, from this table and nothing else.
  */
 
 export type LimitScope = 'payments' | 'authenticated' | 'checkout-create' | 'checkout-read';
@@ -14,6 +15,11 @@ export interface RouteSpec {
   /** `'key-pair'`: the token exchange, which reads the key pair from the body. */
   readonly accept: readonly CredentialKind[] | 'key-pair';
   readonly minimumRole?: Role;
+  /**
+   * What a restricted key must hold, checked after the role. Publishable keys are never
+   * restricted; the token exchange needs none.
+   */
+  readonly permission?: Permission;
   readonly scope: LimitScope;
 }
 
@@ -31,6 +37,7 @@ export const ROUTES: readonly RouteSpec[] = [
     path: '/api/v1/wallets/',
     accept: BEARER,
     minimumRole: 'level-1',
+    permission: 'wallets:read',
     scope: 'payments',
   },
   {
@@ -38,6 +45,7 @@ export const ROUTES: readonly RouteSpec[] = [
     path: '/api/v1/transactions/',
     accept: BEARER,
     minimumRole: 'level-1',
+    permission: 'transactions:read',
     scope: 'authenticated',
   },
   {
@@ -45,12 +53,14 @@ export const ROUTES: readonly RouteSpec[] = [
     path: '/api/v1/transactions/:id/',
     accept: BEARER,
     minimumRole: 'level-1',
+    permission: 'transactions:read',
     scope: 'authenticated',
   },
   {
     method: 'POST',
     path: '/api/v1/payment/status/',
     accept: ['publishable', 'secret', 'token'],
+    permission: 'payments:read',
     scope: 'payments',
   },
   { method: 'POST', path: '/api/v1/checkout/', accept: ['publishable'], scope: 'checkout-create' },
@@ -60,6 +70,7 @@ export const ROUTES: readonly RouteSpec[] = [
     path: '/api/v1/payouts/',
     accept: BEARER,
     minimumRole: 'level-2',
+    permission: 'payouts:write',
     scope: 'payments',
   },
   {
@@ -67,6 +78,7 @@ export const ROUTES: readonly RouteSpec[] = [
     path: '/api/v1/payouts/:id/approve/',
     accept: BEARER,
     minimumRole: 'level-3',
+    permission: 'payouts:approve',
     scope: 'payments',
   },
   {
@@ -74,6 +86,7 @@ export const ROUTES: readonly RouteSpec[] = [
     path: '/api/v1/otp/confirm/',
     accept: BEARER,
     minimumRole: 'level-3',
+    permission: 'otp:confirm',
     scope: 'authenticated',
   },
   {
@@ -81,6 +94,7 @@ export const ROUTES: readonly RouteSpec[] = [
     path: '/api/v1/chargebacks/',
     accept: BEARER,
     minimumRole: 'level-2',
+    permission: 'chargebacks:write',
     scope: 'authenticated',
   },
 ];

@@ -14,6 +14,7 @@ export const ERROR_CODES = [
   'expired_api_key',
   'credential_not_allowed',
   'insufficient_role',
+  'insufficient_permission',
   'ip_not_whitelisted',
   'not_found',
   'method_not_allowed',
@@ -112,6 +113,14 @@ export class InsufficientRoleError extends TollgateError {
   override readonly name = 'InsufficientRoleError';
   constructor(required: string) {
     super(403, 'insufficient_role', `This action requires the role ${required} or higher`);
+  }
+}
+
+/** A restricted key without the route's permission (contract 16). */
+export class InsufficientPermissionError extends TollgateError {
+  override readonly name = 'InsufficientPermissionError';
+  constructor(required: string) {
+    super(403, 'insufficient_permission', `This action requires the permission ${required}`);
   }
 }
 

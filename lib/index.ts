@@ -92,6 +92,13 @@ export {
   roleRank,
   roleSatisfies,
 } from './core/roles';
+export {
+  PERMISSIONS,
+  MAX_PERMISSIONS,
+  PERMISSION_PATTERN,
+  type Permission,
+  permissionNames,
+} from './core/permissions';
 export { canonicalClientIp, parseCidrEntry, type CidrRange } from './core/ip-address';
 export { IpWhitelist } from './core/ip-whitelist';
 export {
@@ -140,6 +147,7 @@ export {
   type AccountView,
   type AccountWithKeys,
   type CreateKeyOptions,
+  type KeyChanges,
   type KeysDocument,
   type KeyView,
   type NewKey,

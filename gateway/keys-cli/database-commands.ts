@@ -14,7 +14,10 @@ import {
   graceSeconds,
   type Options,
   describeLimits,
+  describePermissions,
   limitsOption,
+  permissionsOption,
+  permissionsSentence,
   printAccount,
   printPair,
   required,
@@ -37,6 +40,7 @@ const VERBS: Record<Exclude<CommandName, 'migrate'>, Verb> = {
   roll,
   revoke,
   'set-role': setRole,
+  'set-permissions': setPermissions,
   'set-whitelist': setWhitelist,
   'set-limits': setLimits,
   import: importFile,
@@ -119,6 +123,7 @@ async function list(store: PgKeyStore): Promise<void> {
         revoked: key.revokedAt !== null,
         expiresAt: key.expiresAt?.toISOString(),
         lastUsedAt: key.lastUsedAt?.toISOString(),
+        permissions: key.permissions,
       })),
       account.limits,
     );
@@ -127,9 +132,11 @@ async function list(store: PgKeyStore): Promise<void> {
 
 async function create(store: PgKeyStore, options: Options, where: string): Promise<void> {
   const accountId = required(options.account, 'create', '--account <id>');
+  const permissions = permissionsOption(options, 'create');
   const keyOptions = {
     ...(options.role === undefined ? {} : { role: options.role }),
     ...(options.key === undefined ? {} : { id: options.key }),
+    ...(permissions === null ? {} : { permissions }),
   };
   let key;
   let created = false;
@@ -149,7 +156,10 @@ async function create(store: PgKeyStore, options: Options, where: string): Promi
     key = await store.createKey(accountId, keyOptions).catch(named('--key'));
   }
   if (created) console.log(`Created account ${accountId} (no IP whitelist) in ${where}.`);
-  printPair(`Created key ${key.id} (${key.role}) for account ${key.accountId} in ${where}.`, key);
+  printPair(
+    `Created key ${key.id} (${key.role}${key.permissions === null ? '' : `; permissions: ${describePermissions(key.permissions)}`}) for account ${key.accountId} in ${where}.`,
+    key,
+  );
 }
 
 async function roll(store: PgKeyStore, options: Options, where: string): Promise<void> {
@@ -171,6 +181,14 @@ async function setRole(store: PgKeyStore, options: Options, where: string): Prom
   const key = await store.setRole(keyId, required(options.role, 'set-role', '--role <role>'));
   console.log(
     `Key ${key.id} now has the role ${key.role} in ${where}, for its tokens too. ${APPLIED}`,
+  );
+}
+
+async function setPermissions(store: PgKeyStore, options: Options, where: string): Promise<void> {
+  const keyId = required(options.key, 'set-permissions', '--key <id>');
+  const key = await store.setPermissions(keyId, permissionsOption(options, 'set-permissions'));
+  console.log(
+    `${permissionsSentence(key.id, key.permissions)} in ${where}, for its tokens too. ${APPLIED}`,
   );
 }
 

@@ -15,7 +15,10 @@ import {
   type NewPair,
   type Options,
   describeLimits,
+  describePermissions,
   limitsOption,
+  permissionsOption,
+  permissionsSentence,
   printAccount,
   printPair,
   required,
@@ -36,6 +39,7 @@ interface KeyEntry {
   role?: string;
   revoked?: boolean;
   expiresAt?: string;
+  permissions?: string[];
 }
 
 interface KeysDocument {
@@ -56,6 +60,7 @@ const VERBS: Record<Exclude<CommandName, 'import' | 'export' | 'migrate'>, Verb>
   roll,
   revoke,
   'set-role': setRole,
+  'set-permissions': setPermissions,
   'set-whitelist': setWhitelist,
   'set-limits': setLimits,
 };
@@ -78,6 +83,7 @@ function list(document: KeysDocument): void {
         publishableKey: key.publishableKey,
         revoked: key.revoked === true,
         expiresAt: key.expiresAt,
+        permissions: key.permissions,
       })),
       account.limits as Readonly<Record<string, number>> | undefined,
     );
@@ -92,9 +98,14 @@ function create(document: KeysDocument, options: Options, file: string): void {
     document.accounts.push(account);
   }
   const role = parseRole(options.role ?? 'administrator', '--role');
-  const pair = addKeyPair(account, role, environment(options.env), options.key);
+  const permissions = permissionsOption(options, 'create');
+  const pair = addKeyPair(account, role, environment(options.env), options.key, permissions);
+  // Checked, permissions included, when the document is validated before it is written.
   writeDocument(file, document);
-  printPair(`Created key ${pair.id} (${role}) for account ${account.id} in ${file}.`, pair);
+  printPair(
+    `Created key ${pair.id} (${role}${permissions === null ? '' : `; permissions: ${describePermissions(permissions)}`}) for account ${account.id} in ${file}.`,
+    pair,
+  );
 }
 
 function roll(document: KeysDocument, options: Options, file: string): void {
@@ -111,7 +122,14 @@ function roll(document: KeysDocument, options: Options, file: string): void {
   const deadline = Math.min(now + grace * 1000, current ?? Number.POSITIVE_INFINITY);
   key.expiresAt = new Date(deadline).toISOString();
   const role = parseRole(key.role ?? 'administrator', `${key.id}.role`);
-  const pair = addKeyPair(account, role, environmentOf(key.publishableKey), undefined);
+  // The new pair may do what the old one could, no more.
+  const pair = addKeyPair(
+    account,
+    role,
+    environmentOf(key.publishableKey),
+    undefined,
+    key.permissions ?? null,
+  );
   writeDocument(file, document);
   printPair(
     `Rolled key ${key.id}: it stops working at ${key.expiresAt}. New key ${pair.id} (${role}) for account ${account.id} in ${file}.`,
@@ -133,6 +151,18 @@ function setRole(document: KeysDocument, options: Options, file: string): void {
   writeDocument(file, document);
   console.log(
     `Key ${key.id} now has the role ${role}, for its tokens too, once the gateway reloads the file.`,
+  );
+}
+
+function setPermissions(document: KeysDocument, options: Options, file: string): void {
+  const { key } = findKey(document, options, 'set-permissions', file);
+  const permissions = permissionsOption(options, 'set-permissions');
+  if (permissions === null) delete key.permissions;
+  // Checked against the known permissions when the document is validated below.
+  else key.permissions = permissions;
+  writeDocument(file, document);
+  console.log(
+    `${permissionsSentence(key.id, permissions)}, for its tokens too, once the gateway reloads the file.`,
   );
 }
 
@@ -179,6 +209,7 @@ function addKeyPair(
   role: string,
   env: KeyEnvironment,
   id: string | undefined,
+  permissions: readonly string[] | null,
 ): NewPair {
   const pair = {
     id: id ?? `key_${randomBytes(6).toString('hex')}`,
@@ -190,6 +221,7 @@ function addKeyPair(
     publishableKey: pair.publishableKey,
     secretKeySha256: sha256(pair.secretKey).toString('hex'),
     role,
+    ...(permissions === null ? {} : { permissions: [...permissions] }),
   });
   return pair;
 }

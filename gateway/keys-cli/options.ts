@@ -1,14 +1,21 @@
 import { parseArgs } from 'node:util';
-import { ConfigurationError, type KeyEnvironment, MAX_GRACE_SECONDS, ROLES } from '../../lib';
+import {
+  ConfigurationError,
+  type KeyEnvironment,
+  MAX_GRACE_SECONDS,
+  PERMISSIONS,
+  ROLES,
+} from '../../lib';
 
 /** The key command's arguments, usage text and the checks every verb shares. */
 
 export const USAGE = `usage: tollgate-keys <command> [--file keys.json | --database-url postgres://…]
   list                                             accounts and keys (never a secret)
-  create --account <id> [--role ${ROLES.join('|')}] [--key <id>] [--env test|live]
+  create --account <id> [--role ${ROLES.join('|')}] [--key <id>] [--env test|live] [--permissions <a,b,...>]
   roll --key <id> --grace <seconds>                a new key pair; the old key expires after the grace (0 to ${MAX_GRACE_SECONDS})
   revoke --key <id>
   set-role --key <id> --role <role>
+  set-permissions --key <id> --permissions <a,b,...> | --none   what a restricted key may do (${PERMISSIONS.join(', ')}); --none: all its role allows
   set-whitelist --account <id> --entries <a,b,...> | --none
   set-limits --account <id> --limits <scope=n,...> | --none   the account's own limits per minute (payments, authenticated)
   import --file <keys.json>                        a keys file into the database, all or nothing
@@ -26,6 +33,7 @@ export const COMMAND_NAMES = [
   'roll',
   'revoke',
   'set-role',
+  'set-permissions',
   'set-whitelist',
   'set-limits',
   'import',
@@ -50,6 +58,7 @@ export function parse(argv: string[]) {
       grace: { type: 'string' },
       entries: { type: 'string' },
       limits: { type: 'string' },
+      permissions: { type: 'string' },
       none: { type: 'boolean' },
       file: { type: 'string' },
       'database-url': { type: 'string' },
@@ -124,6 +133,46 @@ export function limitsOption(options: Options): Record<string, unknown> | null {
   return limits;
 }
 
+/**
+ * `--permissions wallets:read,transactions:read` as a list (the names checked by the store's
+ * rules, which name the key and the permission); `--none` as `null` (not restricted); exactly one
+ * of them for set-permissions, and `--permissions` alone, if at all, for create.
+ */
+export function permissionsOption(
+  options: Options,
+  command: 'set-permissions' | 'create',
+): string[] | null {
+  if (command === 'create') {
+    if (options.none === true)
+      throw new ConfigurationError('create takes --permissions, not --none');
+    return options.permissions === undefined ? null : splitList(options.permissions);
+  }
+  if ((options.none === true) === (options.permissions !== undefined)) {
+    throw new ConfigurationError(
+      'set-permissions needs either --permissions <a,b,...> or --none (all its role allows)',
+    );
+  }
+  return options.none === true ? null : splitList(options.permissions ?? '');
+}
+
+function splitList(text: string): string[] {
+  return text.split(',').map((entry) => entry.trim());
+}
+
+/** A key's permissions as `list` and `set-permissions` print them. */
+export function describePermissions(permissions: readonly string[] | undefined | null): string {
+  return permissions === undefined || permissions === null
+    ? 'all its role allows'
+    : permissions.join(', ');
+}
+
+/** What `set-permissions` says a key may now do. */
+export function permissionsSentence(keyId: string, permissions: readonly string[] | null): string {
+  return permissions === null
+    ? `Key ${keyId} is not restricted: it may do all its role allows`
+    : `Key ${keyId} may now call only the routes of ${permissions.join(', ')} (within its role)`;
+}
+
 /** An account's limits as `list` and `set-limits` print them. */
 export function describeLimits(
   limits: Readonly<Record<string, number>> | undefined | null,
@@ -157,6 +206,8 @@ export interface ListedKey {
   readonly revoked: boolean;
   readonly expiresAt: string | undefined;
   readonly lastUsedAt?: string | undefined;
+  /** A restricted key's permissions; `undefined` or `null`: not restricted. */
+  readonly permissions?: readonly string[] | null | undefined;
 }
 
 /** One account and its keys as `list` prints them, whatever holds them. */
@@ -180,6 +231,10 @@ export function printAccount(
           ? `expires ${key.expiresAt}`
           : 'active';
     const used = key.lastUsedAt === undefined ? '' : `  last used ${key.lastUsedAt}`;
-    console.log(`  ${key.id}  ${key.role}  ${key.publishableKey}  ${state}${used}`);
+    const permissions =
+      key.permissions === undefined || key.permissions === null
+        ? ''
+        : `  permissions: ${key.permissions.join(', ')}`;
+    console.log(`  ${key.id}  ${key.role}  ${key.publishableKey}  ${state}${used}${permissions}`);
   }
 }

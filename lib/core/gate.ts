@@ -2,9 +2,11 @@ import { credentialResolver, refuseCredentialsInQuery, type SecurityEvent } from
 import {
   ConfigurationError,
   TollgateError,
+  InsufficientPermissionError,
   InsufficientRoleError,
   IpNotWhitelistedError,
 } from '../errors';
+import { permissionNames } from './permissions';
 import type { KeyStore } from '../keys/key-store';
 import {
   type AuthFailureLimiter,
@@ -38,7 +40,9 @@ import { AdmissionStore } from '../rate-limit/admission-store';
  *    comparison of the credential (contract 14.1);
  * 3. the credential, against the key store as it is now (revocations and role changes apply to
  *    tokens already issued);
- * 4. the account's IP whitelist (a refusal counts against the budget), then the route's role;
+ * 4. the account's IP whitelist (a refusal counts against the budget), then the route's role, then
+ *    its permission, which a restricted key must hold (contract 16; publishable keys, which only
+ *    browser-safe routes take, are never restricted);
  * 5. the limits, all or nothing in one store call (contract 16): a publishable key's cap per
  *    client IP (contract 8, counted per account and IP) and the route's scope; a refusal by one
  *    spends none of the others;
@@ -83,6 +87,12 @@ export interface GateOptions<S extends Scopes = Scopes> {
    * always enforced. Defaults to none.
    */
   readonly shadow?: ShadowOptions | undefined;
+  /**
+   * Permission names a route may require besides the contract's seven (`wallets:read`, …), each
+   * `resource:action`; at most 16 in all. Give the key store the same (its `permissions` option).
+   * Defaults to none.
+   */
+  readonly permissions?: readonly string[] | undefined;
 }
 
 export interface ShadowOptions {
@@ -107,6 +117,11 @@ export interface RoutePolicy<Name extends string = string> {
   readonly accept: readonly CredentialKind[] | 'key-pair';
   /** The lowest role allowed. Defaults to none (every authenticated key). */
   readonly role?: Role | undefined;
+  /**
+   * The permission a restricted key must hold (contract 16), checked after the role; keys without
+   * a list, and publishable keys, are not restricted. Defaults to none.
+   */
+  readonly permission?: string | undefined;
   /** The scope every allowed request counts against. */
   readonly limit: Name;
   /**
@@ -131,6 +146,8 @@ export interface CompiledPolicy {
   readonly minimumRank: number | undefined;
   /** @internal */
   readonly role: Role | undefined;
+  /** @internal */
+  readonly permission: string | undefined;
   /** @internal */
   readonly whitelist: boolean;
   /** @internal The limits of a request made with a secret key or a token. */
@@ -209,6 +226,8 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
     );
   }
   assertLimitScopes(options.keyStore, options.scopes);
+  const permissions = permissionNames(options.permissions, 'tollgate()');
+  assertPermissionNames(options.keyStore, permissions);
   const prefix = options.redisPrefix ?? DEFAULT_PREFIX;
   // One store for every scope: a request meeting several is admitted in one step.
   const store = new AdmissionStore({ windowMs, redis: options.redis, expectedInstances });
@@ -274,6 +293,11 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
     const publishableLimits: LimitUse[] =
       publishableScope === undefined ? limits : [limitUse(publishableScope, true), ...limits];
     const role = spec.role === undefined ? undefined : parseRole(spec.role, `${where} role`);
+    if (spec.permission !== undefined && !permissions.includes(spec.permission)) {
+      throw new ConfigurationError(
+        `${where} permission: unknown permission ${JSON.stringify(spec.permission)}; declared: ${permissions.join(', ')}`,
+      );
+    }
     let resolve: (facts: RequestFacts) => AuthContext;
     let readsBody: boolean;
     if (spec.accept === 'key-pair') {
@@ -305,6 +329,7 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       resolve,
       role,
       minimumRank: role === undefined ? undefined : roleRank(role),
+      permission: spec.permission,
       whitelist: spec.ipWhitelist ?? true,
       limits,
       publishableLimits,
@@ -361,6 +386,14 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       roleRank(auth.role) < compiled.minimumRank
     ) {
       throw new InsufficientRoleError(compiled.role);
+    }
+    if (
+      compiled.permission !== undefined &&
+      auth.permissions !== undefined &&
+      auth.credential !== 'publishable' &&
+      !auth.permissions.has(compiled.permission)
+    ) {
+      throw new InsufficientPermissionError(compiled.permission);
     }
   };
 
@@ -442,6 +475,22 @@ function assertLimitScopes(keyStore: KeyStore, scopes: Scopes): void {
         `tollgate: keyStore limitScopes: ${JSON.stringify(name)} ${scope === undefined ? 'is not a declared scope' : 'is counted per ip here'}; the store must accept overrides of the gate's per-account scopes only`,
       );
     }
+  }
+}
+
+/**
+ * A store that checks keys' permissions against its own names (`permissionNames`) must know every
+ * name the gate declares: otherwise no key of it could hold that permission, and the routes that
+ * require it would refuse every restricted key. A store that does not say is taken as it is.
+ */
+function assertPermissionNames(keyStore: KeyStore, names: readonly string[]): void {
+  const known = keyStore.permissionNames;
+  if (known === undefined) return;
+  const missing = names.filter((name) => !known.includes(name));
+  if (missing.length > 0) {
+    throw new ConfigurationError(
+      `tollgate: keyStore permissions: the store does not know ${missing.map((name) => JSON.stringify(name)).join(', ')}; give it the same permissions option as tollgate()`,
+    );
   }
 }
 

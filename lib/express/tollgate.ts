@@ -64,7 +64,10 @@ export interface BrowserCorsOptions {
 }
 
 export interface Tollgate<Name extends string = string> {
-  /** Protects a route with one call: credentials, whitelist, role and limits, in that order. */
+  /**
+   * Protects a route with one call: credentials, whitelist, role, permission and limits, in that
+   * order.
+   */
   protect(options: ProtectOptions<Name>): RequestHandler;
   /** `POST` a key pair, get a token: the whole route, answer included. */
   tokenExchange(options: TokenExchangeOptions<Name>): RequestHandler;
@@ -105,12 +108,14 @@ const OPTION_NAMES: ReadonlySet<string> = new Set([
   'onSecurityEvent',
   'onDecision',
   'shadow',
+  'permissions',
   'logger',
 ]);
 
 const PROTECT_OPTION_NAMES: ReadonlySet<string> = new Set([
   'accept',
   'role',
+  'permission',
   'limit',
   'publishableLimit',
   'ipWhitelist',

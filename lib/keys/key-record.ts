@@ -54,6 +54,11 @@ export interface KeyStore {
    * stores do): `tollgate()` refuses a store whose per-account scopes it does not count per account.
    */
   readonly limitScopes?: LimitScopes | undefined;
+  /**
+   * The permission names its keys' `permissions` were checked against, when it checks them (the
+   * kit's stores do): `tollgate()` refuses a store that does not know a permission it declares.
+   */
+  readonly permissionNames?: readonly string[] | undefined;
 }
 
 /**

@@ -155,3 +155,51 @@ export function limitsFromText(text: string): AccountLimits {
   }
   return Object.freeze(limits);
 }
+
+/**
+ * A key's permissions (contract 16), as a mask over `names` (permissions.ts): `null` or absent is
+ * `undefined`, a key that may do all its role allows. A list must hold at least one name, each once
+ * and each among `names`: an empty list is refused rather than read as "nothing", since a key that
+ * may call nothing should be revoked (the database's check forbids it too). Every fault names the
+ * key and the name.
+ */
+export function keyPermissions(
+  value: unknown,
+  where: string,
+  key: string,
+  names: readonly string[],
+  fail: Fail,
+): number | undefined {
+  if (value === null || value === undefined) return undefined;
+  const owner = `key ${JSON.stringify(key)}`;
+  if (!Array.isArray(value)) {
+    return fail(where, `${owner}: must be a list of permission names, or null for no restriction`);
+  }
+  if (value.length === 0) {
+    return fail(
+      where,
+      `${owner}: an empty list would allow nothing; revoke the key instead, or null for no restriction`,
+    );
+  }
+  let mask = 0;
+  (value as unknown[]).forEach((name, index) => {
+    const shown =
+      typeof name === 'string'
+        ? JSON.stringify(name.slice(0, 64))
+        : typeof name === 'object' && name !== null
+          ? 'an object'
+          : String(name);
+    const bit = typeof name === 'string' ? names.indexOf(name) : -1;
+    if (bit < 0) {
+      fail(
+        `${where}[${index}]`,
+        `${owner}: unknown permission ${shown}; expected one of ${names.join(', ')}`,
+      );
+    }
+    if ((mask & (1 << bit)) !== 0) {
+      fail(`${where}[${index}]`, `${owner}: permission ${shown} is listed twice`);
+    }
+    mask |= 1 << bit;
+  });
+  return mask;
+}

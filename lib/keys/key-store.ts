@@ -3,6 +3,7 @@ import { KeyIndex } from './key-index';
 import { parseKeysDocument } from './keys-file';
 import { PackedKeyRing } from './packed-key-ring';
 import { buildRing } from './ring-build';
+import { permissionNames } from '../core/permissions';
 
 export type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-record';
 
@@ -17,6 +18,12 @@ export interface KeyStoreLimitOptions {
    * `tollgate({ scopes })` (`limitScopesOf(scopes)`). Defaults to none: no account may carry limits.
    */
   readonly limitScopes?: LimitScopes;
+  /**
+   * Permission names a key's `permissions` may hold besides the contract's seven (`wallets:read`,
+   * …), each `resource:action`; at most 16 in all. Pass the same as `tollgate({ permissions })`.
+   * Defaults to none: the contract's seven only.
+   */
+  readonly permissions?: readonly string[];
 }
 
 /** An immutable, indexed set of key records. */
@@ -26,6 +33,7 @@ export class KeyRing implements KeyStore, KeyDirectory {
   constructor(
     readonly records: readonly KeyRecord[],
     readonly limitScopes?: LimitScopes,
+    readonly permissionNames?: readonly string[],
   ) {
     for (const record of records) this.index.add(record);
   }
@@ -37,7 +45,8 @@ export class KeyRing implements KeyStore, KeyDirectory {
     options: KeyStoreLimitOptions = {},
   ): KeyRing {
     const scopes = options.limitScopes ?? {};
-    return new KeyRing(parseKeysDocument(document, source, scopes), scopes);
+    const names = permissionNames(options.permissions, 'KeyRing.fromDocument()');
+    return new KeyRing(parseKeysDocument(document, source, scopes, names), scopes, names);
   }
 
   keyRecords(): readonly KeyRecord[] {
@@ -86,12 +95,15 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
 
   /** The scopes an account's `limits` may name (see `KeyStoreLimitOptions`). */
   readonly limitScopes: LimitScopes;
+  /** The names a key's `permissions` may hold (see `KeyStoreLimitOptions`). */
+  readonly permissionNames: readonly string[];
 
   private constructor(
     readonly path: string,
     options: KeyStoreLimitOptions,
   ) {
     this.limitScopes = { ...(options.limitScopes ?? {}) };
+    this.permissionNames = permissionNames(options.permissions, 'FileKeyStore');
     this.firstLoad = this.reload().then(() => {
       this.loaded = true;
     });
@@ -140,6 +152,7 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
           path: this.path,
           background: this.loaded,
           limitScopes: this.limitScopes,
+          permissions: this.permissionNames,
         });
       })
       .then(({ table }) => {

@@ -7,19 +7,23 @@ import {
   expiresAt,
   type Fail,
   identifier,
+  keyPermissions,
   publishableKey,
   secretDigest,
 } from './key-rules';
+import { PERMISSIONS, PermissionSets } from '../core/permissions';
 
 /**
  * Validation of the keys document:
  *
  *     { "accounts": [ { "id", "ipWhitelist"?, "limits"?, "keys": [ { "id", "publishableKey",
- *                                                          "secretKeySha256", "role"?, "revoked"?, "expiresAt"? } ] } ] }
+ *                                                          "secretKeySha256", "role"?, "revoked"?, "expiresAt"?,
+ *                                                          "permissions"? } ] } ] }
  *
  * Every fault is a `ConfigurationError` naming the entry (`accounts[0].keys[1].role: …`). Unknown
  * fields are faults too: a misspelt `ipWhitelist` must not silently lift a restriction. An
- * account's `limits` may name only the per-account scopes of `limitScopes` (none by default).
+ * account's `limits` may name only the per-account scopes of `limitScopes` (none by default); a
+ * key's `permissions` only the names of `permissionNames` (the contract's seven by default).
  */
 
 const ACCOUNT_FIELDS = new Set(['id', 'ipWhitelist', 'limits', 'keys']);
@@ -30,9 +34,18 @@ const KEY_FIELDS = new Set([
   'role',
   'revoked',
   'expiresAt',
+  'permissions',
 ]);
-/** A key of the document once validated, without its account's whitelist. */
-export type KeysFileKey = Omit<KeyRecord, 'ipWhitelist' | 'accountId' | 'limits'>;
+/**
+ * A key of the document once validated, without its account's whitelist; its permissions as a
+ * mask over the vocabulary (0: not restricted).
+ */
+export type KeysFileKey = Omit<
+  KeyRecord,
+  'ipWhitelist' | 'accountId' | 'limits' | 'permissions'
+> & {
+  readonly permissionMask: number;
+};
 
 /**
  * Where `visitKeysDocument` hands what it validated, in document order: each account, then its
@@ -48,23 +61,28 @@ export function parseKeysDocument(
   document: unknown,
   source: string,
   limitScopes: LimitScopes = {},
+  permissionNames: readonly string[] = PERMISSIONS,
 ): KeyRecord[] {
   const records: KeyRecord[] = [];
+  const permissionSets = new PermissionSets(permissionNames);
   visitKeysDocument<Pick<KeyRecord, 'ipWhitelist' | 'limits'> & { id: string }>(
     document,
     source,
     {
       account: (id, ipWhitelist, limits) => ({ id, ipWhitelist, limits }),
-      key: (account, key) => {
+      key: (account, { permissionMask, ...key }) => {
+        const permissions = permissionSets.of(permissionMask);
         records.push({
           ...key,
           accountId: account.id,
           ipWhitelist: account.ipWhitelist,
           ...(account.limits === undefined ? {} : { limits: account.limits }),
+          ...(permissions === undefined ? {} : { permissions }),
         });
       },
     },
     limitScopes,
+    permissionNames,
   );
   return records;
 }
@@ -75,6 +93,7 @@ export function visitKeysDocument<A>(
   source: string,
   sink: KeysDocumentSink<A>,
   limitScopes: LimitScopes = {},
+  permissionNames: readonly string[] = PERMISSIONS,
 ): void {
   const fail = (where: string, problem: string): never => {
     throw new ConfigurationError(`${source}: ${where}: ${problem}`);
@@ -140,6 +159,8 @@ export function visitKeysDocument<A>(
         secretKeySha256: Buffer.from(digest, 'hex'),
         revoked: key.revoked === true,
         expiresAt: expiresAt(key.expiresAt, `${at}.expiresAt`, fail),
+        permissionMask:
+          keyPermissions(key.permissions, `${at}.permissions`, id, permissionNames, fail) ?? 0,
       });
     });
   });

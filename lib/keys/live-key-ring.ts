@@ -25,6 +25,8 @@ export interface KeyRow {
   readonly secretKeySha256: Buffer;
   readonly revoked: boolean;
   readonly expiresAt?: number | undefined;
+  /** Its permissions (contract 16), one shared set per distinct list; `undefined`: not restricted. */
+  readonly permissions?: ReadonlySet<string> | undefined;
 }
 
 /** One batch of changes, applied as a whole: rows added or changed, and ids deleted. */
@@ -104,6 +106,7 @@ export class LiveKeyRing implements KeyStore, KeyDirectory {
       expiresAt: row.expiresAt,
       ipWhitelist: account?.ipWhitelist,
       limits: account?.limits,
+      permissions: row.permissions,
     };
     this.rows.set(row.id, row);
     this.index.add(record);

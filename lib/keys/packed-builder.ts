@@ -1,4 +1,5 @@
 import { randomInt } from 'node:crypto';
+import { PERMISSIONS } from '../core/permissions';
 import type { Role } from '../core/roles';
 import type { AccountLimits } from './key-record';
 import { limitsText } from './key-rules';
@@ -22,6 +23,8 @@ export interface PackedKeyInput {
   readonly secretKeySha256: Uint8Array;
   readonly revoked: boolean;
   readonly expiresAt?: number | undefined;
+  /** Its permissions as a mask over the builder's vocabulary; 0 or absent: not restricted. */
+  readonly permissionMask?: number | undefined;
 }
 
 /** A byte array that doubles as it fills. */
@@ -88,6 +91,10 @@ export class PackedTableBuilder {
   private readonly accountLimits = numbers();
   private readonly limitOffsets = [0];
   private readonly limitSets = new Map<string, number>();
+  private readonly keyPermissions = numbers();
+
+  /** `permissionNames`: the vocabulary the keys' masks are over (bit `i`: name `i`). */
+  constructor(private readonly permissionNames: readonly string[] = PERMISSIONS) {}
 
   /** The number of keys added so far. */
   get keys(): number {
@@ -142,6 +149,7 @@ export class PackedTableBuilder {
     this.keyFlags.push(flagsOf(key.role, key.revoked));
     this.keyExpires.push(key.expiresAt ?? Number.NaN);
     this.keyAccount.push(key.account);
+    this.keyPermissions.push(key.permissionMask ?? 0);
     this.digests.raw(key.secretKeySha256);
   }
 
@@ -202,6 +210,8 @@ export class PackedTableBuilder {
       keyFlags: Uint8Array.from(this.keyFlags),
       keyExpires: Float64Array.from(this.keyExpires),
       keyAccount,
+      keyPermissions: Uint16Array.from(this.keyPermissions),
+      permissionText: new TextEncoder().encode(this.permissionNames.join(',')),
       accountText,
       accountLengths,
       accountList: Int32Array.from(this.accountList),

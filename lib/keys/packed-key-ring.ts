@@ -4,6 +4,7 @@ import { ABSENT_DIGEST, sha256 } from './key-digest';
 import type { AccountLimits, KeyRecord, KeyStore } from './key-record';
 import { limitsFromText } from './key-rules';
 import { PackedTableBuilder } from './packed-builder';
+import { PermissionSets } from '../core/permissions';
 import {
   BLOCKED,
   bytesEqual,
@@ -31,6 +32,8 @@ export class PackedKeyRing implements KeyStore {
   private readonly whitelists = new Map<number, IpWhitelist>();
   /** Limit sets made so far, by set index: shared by every account with that set. */
   private readonly limitSets = new Map<number, AccountLimits>();
+  /** Permission sets made so far, one per distinct mask. */
+  private readonly permissionSets: PermissionSets;
 
   constructor(readonly table: PackedTable) {
     this.text = Buffer.from(table.text.buffer, table.text.byteOffset, table.text.byteLength);
@@ -39,6 +42,22 @@ export class PackedKeyRing implements KeyStore {
       table.listText.byteOffset,
       table.listText.byteLength,
     );
+    const vocabulary = Buffer.from(
+      table.permissionText.buffer,
+      table.permissionText.byteOffset,
+      table.permissionText.byteLength,
+    ).toString('latin1');
+    this.permissionSets = new PermissionSets(vocabulary === '' ? [] : vocabulary.split(','));
+  }
+
+  /** The names the table's permission masks are over. */
+  get permissionNames(): readonly string[] {
+    return this.permissionSets.names;
+  }
+
+  /** Key `k`'s permissions, one shared set per distinct mask; `undefined`: not restricted. */
+  permissionsAt(k: number): ReadonlySet<string> | undefined {
+    return this.permissionSets.of(this.table.keyPermissions[k] ?? 0);
   }
 
   static readonly EMPTY = new PackedKeyRing(new PackedTableBuilder().build());
@@ -210,6 +229,7 @@ export class PackedKeyRing implements KeyStore {
         account === undefined
           ? this.limits(this.table.accountLimits[a] ?? NO_LIMITS)
           : account.limits,
+      permissions: this.permissionsAt(k),
     };
   }
 

@@ -12,6 +12,9 @@ import { ROLES, type Role } from '../core/roles';
  *   an account's id at `accountText[a]`, `accountLengths[a]` long.
  * - `keyFlags[k]`: the role's rank (bits 0-1) and revoked (bit 2); `keyExpires[k]`: the deadline
  *   in ms since the epoch, NaN for none; `keyAccount[k]`: the account's index.
+ * - `keyPermissions[k]`: the key's permissions (contract 16) as a mask over the vocabulary, bit `i`
+ *   for name `i`, 0 for a key without a list (an empty list is never valid); the vocabulary's names,
+ *   joined by ",", are `permissionText`, so the table says what its masks mean.
  * - `accountList[a]`: the index of the account's whitelist among the distinct lists (accounts with
  *   equal lists share one), `NO_LIST`, or `BLOCKED` (an invalid stored list: its keys are refused);
  *   list `l`'s canonical entries, joined by ",", are `listText[listOffsets[l] .. listOffsets[l+1]]`.
@@ -34,6 +37,8 @@ export interface PackedTable {
   readonly keyFlags: Uint8Array;
   readonly keyExpires: Float64Array;
   readonly keyAccount: Uint32Array;
+  readonly keyPermissions: Uint16Array;
+  readonly permissionText: Uint8Array;
   readonly accountText: Uint32Array;
   readonly accountLengths: Uint8Array;
   readonly accountList: Int32Array;

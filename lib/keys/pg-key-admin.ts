@@ -7,10 +7,12 @@ import { generateKey, type KeyEnvironment } from './key-format';
 import * as rules from './key-rules';
 import type { AccountLimits, LimitScopes } from './key-record';
 import { parseKeysDocument } from './keys-file';
+import { PERMISSIONS, permissionsOfMask } from '../core/permissions';
 import type {
   AccountView,
   AccountWithKeys,
   CreateKeyOptions,
+  KeyChanges,
   KeysDocument,
   KeyView,
   NewKey,
@@ -55,11 +57,12 @@ interface KeyRowSql {
   expires_at: Date | null;
   revoked_at: Date | null;
   last_used_at: Date | null;
+  permissions: string[] | null;
 }
 
 const ACCOUNT_COLUMNS = 'id, ip_whitelist, limits, created_at, updated_at';
 const KEY_COLUMNS =
-  'id, account_id, role, publishable_key, secret_sha256, created_at, expires_at, revoked_at, last_used_at';
+  'id, account_id, role, publishable_key, secret_sha256, created_at, expires_at, revoked_at, last_used_at, permissions';
 
 function accountView(row: AccountRowSql): AccountView {
   return {
@@ -81,6 +84,7 @@ function keyView(row: KeyRowSql): KeyView {
     expiresAt: row.expires_at,
     revokedAt: row.revoked_at,
     lastUsedAt: row.last_used_at,
+    permissions: row.permissions,
   };
 }
 
@@ -98,6 +102,19 @@ function limitsParameter(value: unknown, account: string, scopes: LimitScopes): 
   if (value === null) return null;
   const limits = rules.accountLimits(value, 'limits', account, scopes, invalid);
   return limits === undefined ? null : JSON.stringify(limits);
+}
+
+/**
+ * `null`: no restriction; otherwise a validated list (never empty) as the text[] parameter, in the
+ * vocabulary's order. The key is named in every fault: `permissions[1]: key "key_1": unknown …`.
+ */
+function permissionsParameter(
+  value: unknown,
+  key: string,
+  names: readonly string[],
+): string[] | null {
+  const mask = rules.keyPermissions(value, 'permissions', key, names, invalid);
+  return mask === undefined ? null : [...permissionsOfMask(mask, names)];
 }
 
 /** A rolled key's replacement keeps its environment: `pk_live_…` rolls into `pk_live_…`. */
@@ -261,6 +278,7 @@ interface KeyToInsert {
   readonly accountId: string;
   readonly role: Role;
   readonly expiresAt: number | undefined;
+  readonly permissions: readonly string[] | null;
 }
 
 async function insertNewKey(
@@ -271,8 +289,8 @@ async function insertNewKey(
   const publishableKey = generateKey('publishable', environment);
   const secretKey = generateKey('secret', environment);
   const result = await client.query<KeyRowSql>(
-    `INSERT INTO keys (id, account_id, role, publishable_key, secret_sha256, expires_at)
-     VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${KEY_COLUMNS}`,
+    `INSERT INTO keys (id, account_id, role, publishable_key, secret_sha256, expires_at, permissions)
+     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ${KEY_COLUMNS}`,
     [
       key.id,
       key.accountId,
@@ -280,6 +298,7 @@ async function insertNewKey(
       publishableKey,
       sha256(secretKey),
       key.expiresAt === undefined ? null : new Date(key.expiresAt),
+      key.permissions === null ? null : [...key.permissions],
     ],
   );
   return { ...keyView(onlyRow(result)), secretKey };
@@ -290,24 +309,54 @@ export async function createKey(
   accountId: unknown,
   options: CreateKeyOptions,
   environment: KeyEnvironment,
+  names: readonly string[] = PERMISSIONS,
 ): Promise<NewKey> {
   const account = lookupId(accountId, 'account');
   const id = options.id === undefined ? newKeyId() : rules.identifier(options.id, 'id', invalid);
   const role = options.role === undefined ? OWNER_ROLE : rules.role(options.role, 'role', invalid);
   const expiresAt = expiryInput(options.expiresAt, Date.now());
+  const permissions = permissionsParameter(options.permissions ?? null, id, names);
   return inTransaction(pool, async (client) => {
     await accountRow(client, account);
-    return insertNewKey(client, { id, accountId: account, role, expiresAt }, environment);
+    return insertNewKey(
+      client,
+      { id, accountId: account, role, expiresAt, permissions },
+      environment,
+    );
   });
 }
 
 export async function setRole(pool: Pool, keyId: unknown, role: unknown): Promise<KeyView> {
+  return updateKey(pool, keyId, { role });
+}
+
+/**
+ * Changes a key's role, its permissions (contract 16; `null` lifts the restriction), or both in
+ * one transaction. At least one must be given; each is checked before anything is written.
+ */
+export async function updateKey(
+  pool: Pool,
+  keyId: unknown,
+  changes: KeyChanges,
+  names: readonly string[] = PERMISSIONS,
+): Promise<KeyView> {
   const id = lookupId(keyId, 'key');
-  const newRole = rules.role(role, 'role', invalid);
+  // A field given as null is given: a null role is refused, null permissions lift the restriction.
+  const hasRole = Object.hasOwn(changes, 'role') && changes.role !== undefined;
+  const hasPermissions = Object.hasOwn(changes, 'permissions') && changes.permissions !== undefined;
+  if (!hasRole && !hasPermissions) {
+    throw new InvalidRequestError(
+      'role or permissions is required: a role, a list of permissions, or null for no restriction',
+    );
+  }
+  const role = hasRole ? rules.role(changes.role, 'role', invalid) : null;
+  const permissions = hasPermissions ? permissionsParameter(changes.permissions, id, names) : null;
   return inTransaction(pool, async (client) => {
     const result = await client.query<KeyRowSql>(
-      `UPDATE keys SET role = $2 WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
-      [id, newRole],
+      `UPDATE keys SET role = coalesce($2, role),
+         permissions = CASE WHEN $3 THEN $4::text[] ELSE permissions END
+       WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
+      [id, role, hasPermissions, permissions],
     );
     const row = result.rows[0];
     if (row === undefined) throw notFound('key', id);
@@ -342,7 +391,14 @@ export async function roll(
     }
     const key = await insertNewKey(
       client,
-      { id: newId, accountId: old.account_id, role: old.role, expiresAt: undefined },
+      {
+        id: newId,
+        accountId: old.account_id,
+        role: old.role,
+        expiresAt: undefined,
+        // The new pair may do what the old one could, no more.
+        permissions: old.permissions,
+      },
       environmentOf(old.publishable_key) ?? environment,
     );
     const updated = await client.query<KeyRowSql>(
@@ -391,10 +447,11 @@ export async function importDocument(
   pool: Pool,
   document: unknown,
   scopes: LimitScopes = {},
+  names: readonly string[] = PERMISSIONS,
 ): Promise<{ accounts: number; keys: number }> {
   let records;
   try {
-    records = parseKeysDocument(document, 'import', scopes);
+    records = parseKeysDocument(document, 'import', scopes, names);
   } catch (error) {
     throw new InvalidRequestError((error as Error).message);
   }
@@ -421,8 +478,9 @@ export async function importDocument(
     }
     for (const record of records) {
       await client.query(
-        `INSERT INTO keys (id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at)
-         VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7 THEN now() END)`,
+        `INSERT INTO keys (id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at,
+           permissions)
+         VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7 THEN now() END, $8)`,
         [
           record.id,
           record.accountId,
@@ -431,6 +489,7 @@ export async function importDocument(
           record.secretKeySha256,
           record.expiresAt === undefined ? null : new Date(record.expiresAt),
           record.revoked,
+          record.permissions === undefined ? null : [...record.permissions],
         ],
       );
     }
@@ -472,6 +531,7 @@ export async function exportDocument(pool: Pool): Promise<KeysDocument> {
           role: key.role,
           ...(key.revoked_at === null ? {} : { revoked: true as const }),
           ...(key.expires_at === null ? {} : { expiresAt: key.expires_at.toISOString() }),
+          ...(key.permissions === null ? {} : { permissions: [...key.permissions] }),
         })),
       });
     }

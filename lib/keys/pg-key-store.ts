@@ -1,6 +1,7 @@
 import type { Client, ClientConfig, Notification, Pool } from 'pg';
 import { IpWhitelist } from '../core/ip-whitelist';
 import { requireOptional } from '../optional-module';
+import { InvalidRequestError } from '../errors';
 import type { Logger } from '../types';
 import type { KeyEnvironment } from './key-format';
 import type {
@@ -18,7 +19,9 @@ import {
   type AccountSql as RingAccountSql,
   type KeySql as RingKeySql,
   storedLimits,
+  storedPermissions,
 } from './ring-sources';
+import { permissionNames, PermissionSets } from '../core/permissions';
 import * as admin from './pg-key-admin';
 import type * as views from './pg-key-views';
 import type { MigrationResult } from './pg-key-views';
@@ -69,6 +72,12 @@ export interface PgKeyStoreOptions {
    * stored value it would refuse (written by hand) blocks the account, logged. Defaults to none.
    */
   readonly limitScopes?: LimitScopes;
+  /**
+   * Permission names a key may hold besides the contract's seven (see `KeyStoreLimitOptions`); the
+   * write API refuses any other (400), and a stored name it would refuse (written by hand) holds
+   * that key as revoked, logged as `keys.key_blocked`. Defaults to none.
+   */
+  readonly permissions?: readonly string[];
 }
 
 export interface PgKeyStoreState {
@@ -116,6 +125,10 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   private readonly environment: KeyEnvironment;
   /** The scopes an account's `limits` may name. */
   readonly limitScopes: LimitScopes;
+  /** The names a key's `permissions` may hold. */
+  readonly permissionNames: readonly string[];
+  /** One set per distinct list of the keys changed since the base. */
+  private readonly permissionSets: PermissionSets;
   private version = 0n;
   private lastSyncAt = 0;
   private syncFault: string | undefined;
@@ -146,6 +159,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     this.logger = options.logger;
     this.environment = options.keyEnvironment ?? 'test';
     this.limitScopes = { ...(options.limitScopes ?? {}) };
+    this.permissionNames = permissionNames(options.permissions, 'PgKeyStore');
+    this.permissionSets = new PermissionSets(this.permissionNames);
     const timeout = options.queryTimeoutMs ?? 5000;
     this.connectionString = options.connectionString;
     this.timeoutMs = timeout;
@@ -295,8 +310,10 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
       timeoutMs: this.timeoutMs,
       background: this.loaded,
       limitScopes: this.limitScopes,
+      permissions: this.permissionNames,
     });
     for (const { account, reason } of built.blocked) this.logBlocked(account, reason);
+    for (const { key, reason } of built.blockedKeys) this.logBlockedKey(key, reason);
     return built;
   }
 
@@ -352,7 +369,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
       ).rows;
       const keys = (
         await client.query<KeySql>(
-          `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at, version
+          `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at,
+             permissions, version
            FROM keys WHERE version > $1`,
           [since],
         )
@@ -388,7 +406,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
       }),
       keys: keys.map((row) => {
         bump(row.version);
-        return keyRow(row);
+        return this.keyRow(row);
       }),
       deletedAccounts: [],
       deletedKeys: [],
@@ -417,6 +435,35 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
       this.logBlocked(row.id, (error as Error).message);
       return { id: row.id, ipWhitelist: undefined, blocked: true };
     }
+  }
+
+  private keyRow(row: KeySql): KeyRow {
+    let permissions: ReadonlySet<string> | undefined;
+    let blocked = false;
+    try {
+      permissions = this.permissionSets.of(storedPermissions(row, this.permissionNames));
+    } catch (error) {
+      // A name this gateway does not know, written by hand: refuse the key rather than guess.
+      this.logBlockedKey(row.id, (error as Error).message);
+      blocked = true;
+    }
+    return {
+      id: row.id,
+      accountId: row.account_id,
+      role: row.role,
+      publishableKey: row.publishable_key,
+      secretKeySha256: row.secret_sha256,
+      revoked: row.revoked_at !== null || blocked,
+      expiresAt: row.expires_at === null ? undefined : row.expires_at.getTime(),
+      permissions,
+    };
+  }
+
+  private logBlockedKey(key: string, reason: string): void {
+    this.logger?.error(
+      { event: 'keys.key_blocked', key, reason },
+      'key permissions in the database are invalid: the key is refused until fixed',
+    );
   }
 
   private logBlocked(account: string, reason: string): void {
@@ -568,11 +615,28 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   createKey(accountId: unknown, options: views.CreateKeyOptions = {}): Promise<views.NewKey> {
-    return this.written(admin.createKey(this.pool, accountId, options, this.environment));
+    return this.written(
+      admin.createKey(this.pool, accountId, options, this.environment, this.permissionNames),
+    );
   }
 
   setRole(keyId: unknown, role: unknown): Promise<views.KeyView> {
     return this.written(admin.setRole(this.pool, keyId, role));
+  }
+
+  /** Sets a key's permissions (contract 16); `null` lifts the restriction. */
+  setPermissions(keyId: unknown, permissions: unknown): Promise<views.KeyView> {
+    if (permissions === undefined) {
+      return Promise.reject(
+        new InvalidRequestError('permissions: a list of permissions, or null for no restriction'),
+      );
+    }
+    return this.updateKey(keyId, { permissions });
+  }
+
+  /** Changes a key's role, its permissions, or both, in one write. */
+  updateKey(keyId: unknown, changes: views.KeyChanges): Promise<views.KeyView> {
+    return this.written(admin.updateKey(this.pool, keyId, changes, this.permissionNames));
   }
 
   roll(
@@ -588,7 +652,9 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   import(document: unknown): Promise<{ accounts: number; keys: number }> {
-    return this.written(admin.importDocument(this.pool, document, this.limitScopes));
+    return this.written(
+      admin.importDocument(this.pool, document, this.limitScopes, this.permissionNames),
+    );
   }
 
   export(): Promise<views.KeysDocument> {
@@ -636,18 +702,6 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     if (record !== undefined && !record.revoked) this.used.add(record.id);
     return record;
   }
-}
-
-function keyRow(row: KeySql): KeyRow {
-  return {
-    id: row.id,
-    accountId: row.account_id,
-    role: row.role,
-    publishableKey: row.publishable_key,
-    secretKeySha256: row.secret_sha256,
-    revoked: row.revoked_at !== null,
-    expiresAt: row.expires_at === null ? undefined : row.expires_at.getTime(),
-  };
 }
 
 function describe(error: unknown): string {

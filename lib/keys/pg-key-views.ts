@@ -24,6 +24,8 @@ export interface KeyView {
   readonly expiresAt: Date | null;
   readonly revokedAt: Date | null;
   readonly lastUsedAt: Date | null;
+  /** What it may do (contract 16), in the vocabulary's order; `null`: all its role allows. */
+  readonly permissions: readonly string[] | null;
 }
 
 /** A key pair just made: the only time its secret is known. */
@@ -40,6 +42,14 @@ export interface CreateKeyOptions {
   readonly id?: unknown;
   /** RFC 3339 time with a zone, or ms since the epoch; must be in the future. */
   readonly expiresAt?: unknown;
+  /** A list of permissions (contract 16); `null` or absent: not restricted. */
+  readonly permissions?: unknown;
+}
+
+/** A change of a key (`PATCH /admin/v1/keys/:id`): its role, its permissions (`null` lifts them), or both. */
+export interface KeyChanges {
+  readonly role?: unknown;
+  readonly permissions?: unknown;
 }
 
 export interface RollOptions {
@@ -60,6 +70,7 @@ export interface KeysDocument {
       role: Role;
       revoked?: true;
       expiresAt?: string;
+      permissions?: string[];
     }[];
   }[];
 }

@@ -5,7 +5,8 @@ import type { Role } from '../core/roles';
 import { ConfigurationError } from '../errors';
 import { requireOptional } from '../optional-module';
 import type { AccountLimits, LimitScopes } from './key-record';
-import { accountLimits } from './key-rules';
+import { accountLimits, keyPermissions } from './key-rules';
+import { PERMISSIONS } from '../core/permissions';
 import { visitKeysDocument } from './keys-file';
 import { PackedTableBuilder } from './packed-builder';
 import type { PackedTable } from './packed-table';
@@ -16,8 +17,8 @@ import type { PackedTable } from './packed-table';
  */
 
 /**
- * What to build, and the limit scopes an account's `limits` may name (key-rules.ts): they travel
- * with the job, as the worker validates the accounts.
+ * What to build, the limit scopes an account's `limits` may name and the permissions a key's
+ * `permissions` may name (key-rules.ts): they travel with the job, as the worker validates them.
  */
 export type RingJob = (
   | { readonly kind: 'file'; readonly path: string }
@@ -27,6 +28,8 @@ export type RingJob = (
   readonly background?: boolean | undefined;
   /** The scopes accounts' `limits` may name (see `KeyStoreLimitOptions`); defaults to none. */
   readonly limitScopes?: LimitScopes | undefined;
+  /** The permission names, bit order (see `permissionNames()`); defaults to the contract's seven. */
+  readonly permissions?: readonly string[] | undefined;
 };
 
 /**
@@ -47,12 +50,14 @@ export interface BuiltRing {
   readonly version: string;
   /** Accounts whose stored whitelist or limits are invalid: their keys are held as revoked. */
   readonly blocked: readonly { readonly account: string; readonly reason: string }[];
+  /** Keys whose stored permissions are invalid: held as revoked. */
+  readonly blockedKeys: readonly { readonly key: string; readonly reason: string }[];
 }
 
 export async function buildRingHere(job: RingJob, hooks: BuildHooks = {}): Promise<BuiltRing> {
   const large = job.background === true ? hooks.large : undefined;
   return job.kind === 'file'
-    ? fromFile(job.path, job.limitScopes ?? {}, large)
+    ? fromFile(job.path, job.limitScopes ?? {}, job.permissions ?? PERMISSIONS, large)
     : fromDatabase(job, large);
 }
 
@@ -60,6 +65,7 @@ export async function buildRingHere(job: RingJob, hooks: BuildHooks = {}): Promi
 function fromFile(
   path: string,
   limitScopes: LimitScopes,
+  permissions: readonly string[],
   large: (() => void) | undefined,
 ): BuiltRing {
   let text: string;
@@ -76,7 +82,7 @@ function fromFile(
   } catch {
     throw new ConfigurationError(`keys file ${path}: is not valid JSON`);
   }
-  const builder = new PackedTableBuilder();
+  const builder = new PackedTableBuilder(permissions);
   visitKeysDocument(
     document,
     path,
@@ -87,8 +93,9 @@ function fromFile(
       },
     },
     limitScopes,
+    permissions,
   );
-  return { table: builder.build(), version: '0', blocked: [] };
+  return { table: builder.build(), version: '0', blocked: [], blockedKeys: [] };
 }
 
 const PAGE = 20_000;
@@ -121,6 +128,21 @@ export interface KeySql {
   secret_sha256: Buffer;
   expires_at: Date | null;
   revoked_at: Date | null;
+  /** `null`: not restricted; the schema checks the names' shape, not that they exist. */
+  permissions: string[] | null;
+}
+
+/**
+ * A stored key's permissions as a mask over `names`, checked as the keys file's are: a name
+ * written past the write API (by hand, or before a name was dropped) throws, naming the key and
+ * the name; the caller holds the key as revoked.
+ */
+export function storedPermissions(row: KeySql, names: readonly string[]): number {
+  return (
+    keyPermissions(row.permissions, 'permissions', row.id, names, (where, problem) => {
+      throw new Error(`${where}: ${problem}`);
+    }) ?? 0
+  );
 }
 
 /**
@@ -147,9 +169,11 @@ async function fromDatabase(
          (SELECT coalesce(max(version), 0) FROM keys),
          (SELECT coalesce(max(version), 0) FROM deletions))::text AS version`,
     );
-    const builder = new PackedTableBuilder();
+    const names = job.permissions ?? PERMISSIONS;
+    const builder = new PackedTableBuilder(names);
     const accounts = new Map<string, number>();
     const blocked: { account: string; reason: string }[] = [];
+    const blockedKeys: { key: string; reason: string }[] = [];
     const whitelists = new WhitelistParser();
     await pages<AccountSql>(
       client,
@@ -171,24 +195,39 @@ async function fromDatabase(
     );
     await pages<KeySql>(
       client,
-      `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at FROM keys`,
+      `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at, permissions
+       FROM keys`,
       large,
       (row) => {
         const account = accounts.get(row.account_id);
         if (account === undefined) return; // the foreign key forbids it
+        let permissionMask = 0;
+        let blockedKey = false;
+        try {
+          permissionMask = storedPermissions(row, names);
+        } catch (error) {
+          blockedKey = true;
+          blockedKeys.push({ key: row.id, reason: (error as Error).message });
+        }
         builder.addKey({
           id: row.id,
           account,
           role: row.role,
           publishableKey: row.publishable_key,
           secretKeySha256: row.secret_sha256,
-          revoked: row.revoked_at !== null,
+          revoked: row.revoked_at !== null || blockedKey,
           expiresAt: row.expires_at?.getTime(),
+          permissionMask,
         });
       },
     );
     await client.query('COMMIT');
-    return { table: builder.build(), version: top.rows[0]?.version ?? '0', blocked };
+    return {
+      table: builder.build(),
+      version: top.rows[0]?.version ?? '0',
+      blocked,
+      blockedKeys,
+    };
   } finally {
     await client.end().catch(() => undefined);
   }

@@ -111,12 +111,18 @@ describe('the admin listener with a keys file', () => {
         .sort(),
     );
     const revoked = accounts[0]?.keys.find((key) => key.id === fixtures.keys.revoked.id);
-    expect(revoked).toMatchObject({ revoked: true, role: 'administrator', expires_at: null });
+    expect(revoked).toMatchObject({
+      revoked: true,
+      role: 'administrator',
+      expires_at: null,
+      permissions: null,
+    });
     expect(Object.keys(revoked ?? {}).sort()).toEqual([
       'created_at',
       'expires_at',
       'id',
       'last_used_at',
+      'permissions',
       'publishable_key',
       'revoked',
       'revoked_at',

@@ -5,6 +5,7 @@ import { sha256 } from '../../lib/keys/key-digest';
 import type { KeyRecord } from '../../lib/keys/key-record';
 import { PackedTableBuilder } from '../../lib/keys/packed-builder';
 import { PackedKeyRing } from '../../lib/keys/packed-key-ring';
+import { permissionMask, permissionNames } from '../../lib/core/permissions';
 import { MessageChannel } from 'node:worker_threads';
 import { hashBytes, hashString, type PackedTable, transferList } from '../../lib/keys/packed-table';
 
@@ -353,5 +354,95 @@ describe('PackedKeyRing with limit overrides (contract 16)', () => {
     );
     expect(perKey).toBeLessThan(600);
     expect(table.limitOffsets).toHaveLength(51);
+  });
+});
+
+describe('PackedKeyRing with restricted keys (contract 16)', () => {
+  const names = permissionNames(['reports:read'], 'test');
+  const key = (id: string, permissions: readonly string[] | undefined) => ({
+    id,
+    role: 'administrator' as const,
+    publishableKey: `pk_test_${id}_padding_0123456789`,
+    secretKeySha256: sha256(`sk_${id}`),
+    revoked: false,
+    permissionMask: permissions === undefined ? 0 : permissionMask(permissions, names),
+  });
+  const builder = new PackedTableBuilder(names);
+  const account = builder.addAccount('acct_p', undefined);
+  builder.addKey({ ...key('key_open', undefined), account });
+  builder.addKey({ ...key('key_wallets', ['wallets:read']), account });
+  builder.addKey({ ...key('key_wallets_2', ['wallets:read']), account });
+  builder.addKey({ ...key('key_extra', ['reports:read', 'payouts:write']), account });
+  const ring = new PackedKeyRing(builder.build());
+
+  it("gives each key its own list, in the vocabulary's order, and none to an unrestricted key", () => {
+    expect(ring.findById('key_open')?.permissions).toBeUndefined();
+    expect([...(ring.findBySecretKey('sk_key_wallets')?.permissions ?? [])]).toEqual([
+      'wallets:read',
+    ]);
+    expect([...(ring.findById('key_extra')?.permissions ?? [])]).toEqual([
+      'payouts:write',
+      'reports:read',
+    ]);
+    expect(ring.permissionNames).toEqual(names);
+  });
+
+  it('makes one set per distinct list, shared by the keys that hold it, never one per lookup', () => {
+    const first = ring.findById('key_wallets')?.permissions;
+    expect(ring.findById('key_wallets')?.permissions).toBe(first);
+    expect(ring.findById('key_wallets_2')?.permissions).toBe(first);
+    expect(
+      ring.findByPublishableKey(key('key_wallets_2', undefined).publishableKey)?.permissions,
+    ).toBe(first);
+  });
+
+  it('carries the lists and their vocabulary when moved to another thread', async () => {
+    const { port1, port2 } = new MessageChannel();
+    const received = new Promise<PackedTable>((resolve) => {
+      port2.once('message', resolve);
+    });
+    const table = builder.build();
+    port1.postMessage(table, transferList(table));
+    const moved = await received;
+    port1.close();
+    expect([...(new PackedKeyRing(moved).findById('key_extra')?.permissions ?? [])]).toEqual([
+      'payouts:write',
+      'reports:read',
+    ]);
+  });
+
+  it('stays compact: 200,000 keys, half of them restricted, the lists cost 2 bytes a key whatever they hold', () => {
+    const build = (restricted: boolean): PackedTable => {
+      const many = new PackedTableBuilder();
+      const digest = Buffer.alloc(32);
+      for (let a = 0; a < 100_000; a++) {
+        const owner = many.addAccount(`acct_${a}`, undefined);
+        for (let k = 0; k < 2; k++) {
+          digest.writeUInt32BE(a * 2 + k, 0);
+          many.addKey({
+            id: `key_${a}_${k}`,
+            account: owner,
+            role: 'level-2',
+            publishableKey: `pk_test_${a}_${k}_0123456789abcdef`,
+            secretKeySha256: digest,
+            revoked: false,
+            permissionMask: restricted && k === 1 ? 1 << (a % 7) : 0,
+          });
+        }
+      }
+      return many.build();
+    };
+    const perKey = (table: PackedTable): number =>
+      transferList(table).reduce((sum, buffer) => sum + buffer.byteLength, 0) / table.keyCount;
+    const restricted = build(true);
+    const open = build(false);
+    const sets = new Set(restricted.keyPermissions).size;
+    process.stdout.write(
+      `[packed-key-ring] 200,000 keys, 100,000 of them restricted (${sets - 1} distinct lists): ${perKey(restricted).toFixed(1)} B/key in the table, of which permissions ${(restricted.keyPermissions.byteLength / restricted.keyCount).toFixed(1)} B/key; the same keys without lists ${perKey(open).toFixed(1)} B/key\n`,
+    );
+    expect(restricted.keyPermissions.byteLength).toBe(2 * restricted.keyCount);
+    expect(perKey(restricted)).toBeCloseTo(perKey(open), 0);
+    const ring = new PackedKeyRing(restricted);
+    expect(ring.findById('key_3_1')?.permissions).toBe(ring.findById('key_10_1')?.permissions);
   });
 });
