@@ -107,27 +107,35 @@ describeWithPostgres('the README walk-through of operating keys on PostgreSQL', 
       role: string;
       revoked: boolean;
       expires: boolean;
+      permissions: string[] | null;
     }>(
-      `SELECT id, account_id, role, revoked_at IS NOT NULL AS revoked, expires_at IS NOT NULL AS expires
-       FROM keys ORDER BY account_id, created_at`,
+      `SELECT id, account_id, role, revoked_at IS NOT NULL AS revoked, expires_at IS NOT NULL AS expires,
+       permissions FROM keys ORDER BY account_id, created_at`,
     );
     const byAccount = (account: string) =>
       keys.rows
         .filter((row) => row.account_id === account)
-        .map(({ role, revoked, expires }) => ({ role, revoked, expires }));
-    // key_shop: level-3, rolled (1 h grace) then revoked; its replacement active.
+        .map(({ role, revoked, expires, permissions }) => ({
+          role,
+          revoked,
+          expires,
+          permissions,
+        }));
+    // key_shop: level-3, restricted then unrestricted, rolled (1 h grace) then revoked; its
+    // replacement active.
     expect(byAccount('acct_shop')).toEqual([
-      { role: 'level-3', revoked: true, expires: true },
-      { role: 'level-3', revoked: false, expires: false },
+      { role: 'level-3', revoked: true, expires: true, permissions: null },
+      { role: 'level-3', revoked: false, expires: false, permissions: null },
     ]);
     expect(keys.rows.find((row) => row.account_id === 'acct_shop')?.id).toBe('key_shop');
     expect(byAccount('acct_legacy')).toEqual([
-      { role: 'administrator', revoked: false, expires: false },
+      { role: 'administrator', revoked: false, expires: false, permissions: null },
     ]);
-    // key_market: made level-1, set to level-2, rolled and revoked; its replacement level-2.
+    // key_market: made level-1, set to level-2, restricted to wallets:read, rolled and revoked;
+    // its replacement level-2 and restricted alike.
     expect(byAccount('acct_market')).toEqual([
-      { role: 'level-2', revoked: true, expires: true },
-      { role: 'level-2', revoked: false, expires: false },
+      { role: 'level-2', revoked: true, expires: true, permissions: ['wallets:read'] },
+      { role: 'level-2', revoked: false, expires: false, permissions: ['wallets:read'] },
     ]);
     // acct_shop's limits set and put back by the key command; acct_market's set with curl.
     const accounts = await pool.query('SELECT id, ip_whitelist, limits FROM accounts ORDER BY id');
@@ -156,6 +164,9 @@ describeWithPostgres('the README walk-through of operating keys on PostgreSQL', 
       expect(result.stdout).toContain(answer);
     }
     expect(result.stdout).toMatch(/"id":"key_market"[^{}]*"revoked":true/);
+    expect(result.stdout).toMatch(
+      /"id":"key_market","account_id":"acct_market","role":"level-2"[^{}]*"permissions":\["wallets:read"\]\}/,
+    );
 
     const backup = path.join(directory, 'keys-backup.json');
     expect(statSync(backup).mode & 0o777).toBe(0o600);
