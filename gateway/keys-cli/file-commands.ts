@@ -167,10 +167,7 @@ function setPermissions(document: KeysDocument, options: Options, file: string):
 }
 
 function setWhitelist(document: KeysDocument, options: Options, file: string): void {
-  const accountId = required(options.account, 'set-whitelist', '--account <id>');
-  const account = document.accounts.find((candidate) => candidate.id === accountId);
-  if (account === undefined)
-    throw new ConfigurationError(`no account ${JSON.stringify(accountId)} in ${file}`);
+  const account = findAccount(document, options, 'set-whitelist', file);
   const entries = whitelistOption(options);
   if (entries === null) {
     delete account.ipWhitelist;
@@ -187,10 +184,7 @@ function setWhitelist(document: KeysDocument, options: Options, file: string): v
 }
 
 function setLimits(document: KeysDocument, options: Options, file: string): void {
-  const accountId = required(options.account, 'set-limits', '--account <id>');
-  const account = document.accounts.find((candidate) => candidate.id === accountId);
-  if (account === undefined)
-    throw new ConfigurationError(`no account ${JSON.stringify(accountId)} in ${file}`);
+  const account = findAccount(document, options, 'set-limits', file);
   const limits = limitsOption(options);
   if (limits === null) {
     delete account.limits;
@@ -224,6 +218,20 @@ function addKeyPair(
     ...(permissions === null ? {} : { permissions: [...permissions] }),
   });
   return pair;
+}
+
+function findAccount(
+  document: KeysDocument,
+  options: Options,
+  command: string,
+  file: string,
+): Account {
+  const accountId = required(options.account, command, '--account <id>');
+  const account = document.accounts.find((candidate) => candidate.id === accountId);
+  if (account === undefined) {
+    throw new ConfigurationError(`no account ${JSON.stringify(accountId)} in ${file}`);
+  }
+  return account;
 }
 
 function findKey(

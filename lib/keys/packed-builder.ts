@@ -64,6 +64,27 @@ class Bytes {
 }
 
 /** Numbers pushed one by one, then copied into one typed array. */
+/**
+ * Distinct texts stored once each, in order of first sight: their ASCII one after another and the
+ * offset where each ends. `indexOf()` adds a text not seen before.
+ */
+class DistinctTexts {
+  private readonly indexes = new Map<string, number>();
+  readonly text = new Bytes();
+  readonly offsets = [0];
+
+  indexOf(value: string): number {
+    let index = this.indexes.get(value);
+    if (index === undefined) {
+      index = this.indexes.size;
+      this.indexes.set(value, index);
+      this.text.ascii(value);
+      this.offsets.push(this.text.length);
+    }
+    return index;
+  }
+}
+
 function numbers(): number[] {
   return [];
 }
@@ -76,7 +97,6 @@ function numbers(): number[] {
 export class PackedTableBuilder {
   private readonly text = new Bytes();
   private readonly digests = new Bytes();
-  private readonly listText = new Bytes();
   private readonly keyText = numbers();
   private readonly keyLengths = numbers();
   private readonly keyFlags = numbers();
@@ -85,12 +105,11 @@ export class PackedTableBuilder {
   private readonly accountText = numbers();
   private readonly accountLengths = numbers();
   private readonly accountList = numbers();
-  private readonly listOffsets = [0];
-  private readonly lists = new Map<string, number>();
-  private readonly limitText = new Bytes();
+  /** Each distinct whitelist, its entries joined by commas. */
+  private readonly lists = new DistinctTexts();
   private readonly accountLimits = numbers();
-  private readonly limitOffsets = [0];
-  private readonly limitSets = new Map<string, number>();
+  /** Each distinct set of limit overrides, as `limitsText()` writes it. */
+  private readonly limitSets = new DistinctTexts();
   private readonly keyPermissions = numbers();
 
   /** `permissionNames`: the vocabulary the keys' masks are over (bit `i`: name `i`). */
@@ -110,36 +129,15 @@ export class PackedTableBuilder {
     list: readonly string[] | undefined | 'blocked',
     limits?: AccountLimits,
   ): number {
-    this.accountLimits.push(limits === undefined ? NO_LIMITS : this.limitSet(limits));
+    this.accountLimits.push(
+      limits === undefined ? NO_LIMITS : this.limitSets.indexOf(limitsText(limits)),
+    );
     this.accountText.push(this.text.ascii(id));
     this.accountLengths.push(id.length);
     if (list === undefined) this.accountList.push(NO_LIST);
     else if (list === 'blocked') this.accountList.push(BLOCKED);
-    else {
-      const joined = list.join(',');
-      let index = this.lists.get(joined);
-      if (index === undefined) {
-        index = this.lists.size;
-        this.lists.set(joined, index);
-        this.listText.ascii(joined);
-        this.listOffsets.push(this.listText.length);
-      }
-      this.accountList.push(index);
-    }
+    else this.accountList.push(this.lists.indexOf(list.join(',')));
     return this.accountText.length - 1;
-  }
-
-  /** The index of `limits` among the distinct sets, added when new. */
-  private limitSet(limits: AccountLimits): number {
-    const text = limitsText(limits);
-    let index = this.limitSets.get(text);
-    if (index === undefined) {
-      index = this.limitSets.size;
-      this.limitSets.set(text, index);
-      this.limitText.ascii(text);
-      this.limitOffsets.push(this.limitText.length);
-    }
-    return index;
   }
 
   addKey(key: PackedKeyInput): void {
@@ -217,11 +215,11 @@ export class PackedTableBuilder {
       accountList: Int32Array.from(this.accountList),
       accountKeyStart,
       accountKeys,
-      listText: this.listText.done(),
-      listOffsets: Uint32Array.from(this.listOffsets),
+      listText: this.lists.text.done(),
+      listOffsets: Uint32Array.from(this.lists.offsets),
       accountLimits: Int32Array.from(this.accountLimits),
-      limitText: this.limitText.done(),
-      limitOffsets: Uint32Array.from(this.limitOffsets),
+      limitText: this.limitSets.text.done(),
+      limitOffsets: Uint32Array.from(this.limitSets.offsets),
       bySecret,
       byPublishable,
       byId,

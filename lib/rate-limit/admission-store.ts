@@ -234,7 +234,16 @@ export class AdmissionStore {
       this.readReply(reply, 0, readings);
       return readings;
     }
-    const scale = shared === undefined ? 1 : this.expectedInstances;
+    this.peekLocal(requests, readings, shared === undefined ? 1 : this.expectedInstances);
+    return readings;
+  }
+
+  /** Reads the local counts into `readings`, each scaled by `scale`, counting nothing. */
+  private peekLocal(
+    requests: readonly CounterRequest[],
+    readings: CounterReading[],
+    scale: number,
+  ): void {
     for (let i = 0; i < requests.length; i++) {
       const request = requests[i];
       const reading = readings[i];
@@ -242,7 +251,6 @@ export class AdmissionStore {
       request.counter.memory.peek(request.key, reading);
       reading.count *= scale;
     }
-    return readings;
   }
 
   shutdown(): void {
@@ -258,13 +266,12 @@ export class AdmissionStore {
     readings: CounterReading[],
     scale: number,
   ): number {
+    this.peekLocal(requests, readings, scale);
     let refusedAt = -1;
     for (let i = 0; i < requests.length; i++) {
       const request = requests[i];
       const reading = readings[i];
       if (request === undefined || reading === undefined) continue;
-      request.counter.memory.peek(request.key, reading);
-      reading.count *= scale;
       if (reading.count + scale > request.limit) {
         reading.count += scale;
         if (refusedAt < 0 && request.enforced) refusedAt = i;

@@ -6,11 +6,15 @@ import { sha256 } from '../../lib/keys/key-store';
 import { PgKeyStore } from '../../lib/keys/pg-key-store';
 import { migrate } from '../../lib/keys/pg-schema';
 import { expectErrorBody } from '../helpers/error-body';
-import { TOKEN_SECRET } from '../helpers/fixtures';
 import { captureLogs } from '../helpers/logs';
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
-import { distScript, type HttpResult, httpRequest, NodeProcess } from '../helpers/process';
-import { freePort } from '../helpers/redis';
+import {
+  adminClient,
+  type DatabaseGateway,
+  startDatabaseGateway,
+  until as waitUntil,
+} from '../helpers/database-gateways';
+import { type HttpResult, httpRequest, type NodeProcess } from '../helpers/process';
 
 /**
  * Contract 16, limit overrides, with `TOLLGATE_DATABASE_URL`: the admin route and its refusals on
@@ -22,11 +26,7 @@ import { freePort } from '../helpers/redis';
 const ADMIN_TOKEN = randomBytes(32).toString('base64url');
 const PROPAGATION_LIMIT_MS = 1000;
 
-interface Gateway {
-  readonly process: NodeProcess;
-  readonly port: number;
-  readonly adminPort: number | undefined;
-}
+type Gateway = DatabaseGateway;
 
 function quotaOf(headers: IncomingHttpHeaders, scope: string): number | undefined {
   const value = headers['ratelimit-policy'];
@@ -43,34 +43,10 @@ describeWithPostgres('account limits on the database key store', () => {
   let second: Gateway;
   const figures: Record<string, number> = {};
 
-  const startProcess = async (withAdmin: boolean): Promise<Gateway> => {
-    const port = await freePort();
-    const adminPort = withAdmin ? await freePort() : undefined;
-    const child = new NodeProcess(distScript('gateway/server.js'), [], {
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      TOLLGATE_DATABASE_URL: url,
-      TOLLGATE_TOKEN_SECRET: TOKEN_SECRET,
-      ...(adminPort === undefined
-        ? {}
-        : {
-            TOLLGATE_ADMIN_PORT: String(adminPort),
-            TOLLGATE_ADMIN_TOKEN_SHA256: sha256(ADMIN_TOKEN).toString('hex'),
-          }),
-    });
-    processes.push(child);
-    await child.waitForEntry((entry) => entry.event === 'gateway.started', 0, 20_000);
-    return { process: child, port, adminPort };
-  };
+  const startProcess = (withAdmin: boolean): Promise<Gateway> =>
+    startDatabaseGateway(url, withAdmin ? ADMIN_TOKEN : undefined, processes);
 
-  const admin = (method: string, route: string, json?: unknown): Promise<HttpResult> =>
-    httpRequest({
-      port: first.adminPort ?? 0,
-      method,
-      path: route,
-      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-      ...(json === undefined ? {} : { json }),
-    });
+  const admin = adminClient(() => first, ADMIN_TOKEN);
 
   const wallets = (gateway: Gateway, secret: string): Promise<HttpResult> =>
     httpRequest({
@@ -80,24 +56,11 @@ describeWithPostgres('account limits on the database key store', () => {
     });
 
   /** ms until `request()` answers as `wanted` says (fails after 5 s), recorded under `label`. */
-  const until = async (
+  const until = (
     label: string,
     wanted: (answer: HttpResult) => boolean,
     request: () => Promise<HttpResult>,
-  ): Promise<HttpResult> => {
-    const started = performance.now();
-    for (;;) {
-      const answer = await request();
-      if (wanted(answer)) {
-        figures[label] = performance.now() - started;
-        return answer;
-      }
-      if (performance.now() - started > 5000) {
-        throw new Error(`${label}: still ${answer.status} ${answer.text} after 5 s`);
-      }
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-  };
+  ): Promise<HttpResult> => waitUntil(figures, label, wanted, request);
 
   beforeAll(async () => {
     database = await startTestPostgres();

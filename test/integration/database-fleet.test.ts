@@ -1,12 +1,15 @@
 import { randomBytes } from 'node:crypto';
 import { Pool } from 'pg';
-import { sha256 } from '../../lib/keys/key-store';
 import { migrate } from '../../lib/keys/pg-schema';
 import { expectErrorBody } from '../helpers/error-body';
-import { TOKEN_SECRET } from '../helpers/fixtures';
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
-import { distScript, type HttpResult, httpRequest, NodeProcess } from '../helpers/process';
-import { freePort } from '../helpers/redis';
+import {
+  adminClient,
+  type DatabaseGateway,
+  startDatabaseGateway,
+  until as waitUntil,
+} from '../helpers/database-gateways';
+import { type HttpResult, httpRequest, type NodeProcess } from '../helpers/process';
 
 /**
  * Contract 13 across a fleet, as operators run it: two gateway PROCESSES (`dist/gateway/server.js`,
@@ -29,11 +32,7 @@ interface IssuedKey {
   readonly publishable_key: string;
 }
 
-interface Gateway {
-  readonly process: NodeProcess;
-  readonly port: number;
-  readonly adminPort: number | undefined;
-}
+type Gateway = DatabaseGateway;
 
 interface Sample {
   readonly phase: 'before' | 'outage' | 'after';
@@ -51,34 +50,10 @@ describeWithPostgres('two gateway processes on one PostgreSQL key store', () => 
   let second: Gateway;
   const figures: Record<string, number> = {};
 
-  const startProcess = async (url: string, withAdmin: boolean): Promise<Gateway> => {
-    const port = await freePort();
-    const adminPort = withAdmin ? await freePort() : undefined;
-    const child = new NodeProcess(distScript('gateway/server.js'), [], {
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      TOLLGATE_DATABASE_URL: url,
-      TOLLGATE_TOKEN_SECRET: TOKEN_SECRET,
-      ...(adminPort === undefined
-        ? {}
-        : {
-            TOLLGATE_ADMIN_PORT: String(adminPort),
-            TOLLGATE_ADMIN_TOKEN_SHA256: sha256(ADMIN_TOKEN).toString('hex'),
-          }),
-    });
-    processes.push(child);
-    await child.waitForEntry((entry) => entry.event === 'gateway.started', 0, 20_000);
-    return { process: child, port, adminPort };
-  };
+  const startProcess = (url: string, withAdmin: boolean): Promise<Gateway> =>
+    startDatabaseGateway(url, withAdmin ? ADMIN_TOKEN : undefined, processes);
 
-  const admin = (method: string, route: string, json?: unknown): Promise<HttpResult> =>
-    httpRequest({
-      port: first.adminPort ?? 0,
-      method,
-      path: route,
-      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
-      ...(json === undefined ? {} : { json }),
-    });
+  const admin = adminClient(() => first, ADMIN_TOKEN);
 
   /** A wallets read on `gateway` with `credential`, from `from` (a loopback address). */
   const wallets = (gateway: Gateway, credential: string, from?: string): Promise<HttpResult> =>
@@ -97,25 +72,12 @@ describeWithPostgres('two gateway processes on one PostgreSQL key store', () => 
   const nextAddress = (): string =>
     `127.0.${Math.floor(probeAddress / 250) + 1}.${(probeAddress++ % 250) + 2}`;
 
-  /** ms until `request()` answers as `wanted` says (fails after 5 s), recorded under `label` if given. */
-  const until = async (
+  /** ms until `request()` answers as `wanted` says (fails after 5 s), recorded under `label`. */
+  const until = (
     label: string | undefined,
     wanted: (answer: HttpResult) => boolean,
     request: () => Promise<HttpResult>,
-  ): Promise<HttpResult> => {
-    const started = performance.now();
-    for (;;) {
-      const answer = await request();
-      if (wanted(answer)) {
-        if (label !== undefined) figures[label] = performance.now() - started;
-        return answer;
-      }
-      if (performance.now() - started > 5000) {
-        throw new Error(`${label ?? 'waiting'}: still ${answer.status} ${answer.text} after 5 s`);
-      }
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-  };
+  ): Promise<HttpResult> => waitUntil(figures, label, wanted, request);
   const status =
     (expected: number) =>
     (answer: HttpResult): boolean =>

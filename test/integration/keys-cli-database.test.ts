@@ -13,6 +13,7 @@ import { TOKEN_SECRET } from '../helpers/fixtures';
 import { captureLogs } from '../helpers/logs';
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
 import { distScript, type Finished, httpRequest, occurrences, runNode } from '../helpers/process';
+import { expectOneLineError } from '../helpers/keys-cli';
 
 /**
  * The key command on the database (`node dist/gateway/keys-cli.js --database-url …`), run as a
@@ -39,16 +40,6 @@ function parsePair(result: Finished, headline: RegExp): Created {
 
 const parseCreated = (result: Finished): Created => parsePair(result, /Created key (\S+) /);
 const parseRolled = (result: Finished): Created => parsePair(result, /New key (\S+) /);
-
-/** One line on stderr, exit status 1, no stack trace. */
-function expectOneLineError(result: Finished, pattern: RegExp): void {
-  expect({ code: result.code, stdout: result.stdout }).toEqual({ code: 1, stdout: '' });
-  const lines = result.stderr.split('\n').filter((line) => line !== '');
-  expect(lines).toHaveLength(1);
-  expect(lines[0]).toMatch(/^tollgate-keys: /);
-  expect(lines[0]).toMatch(pattern);
-  expect(result.stderr).not.toMatch(/\n\s+at /);
-}
 
 interface KeyRowSql {
   id: string;

@@ -6,7 +6,8 @@ import { GATEWAY_LIMIT_SCOPES } from '../../gateway/keys-cli/limit-scopes';
 import { FileKeyStore } from '../../lib/keys/key-store';
 import { migrate } from '../../lib/keys/pg-schema';
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
-import { distScript, type Finished, runNode } from '../helpers/process';
+import { expectOneLineError, runKeys } from '../helpers/keys-cli';
+import type { Finished } from '../helpers/process';
 
 /**
  * The key command's `set-limits` (contract 16) on a keys file and on the database, and `list`,
@@ -14,18 +15,8 @@ import { distScript, type Finished, runNode } from '../helpers/process';
  * the scope, and changes nothing.
  */
 
-const cli = distScript('gateway/keys-cli.js');
-const keys = (args: string[], env: Record<string, string> = {}): Promise<Finished> =>
-  runNode(cli, args, env);
-
-/** One line on stderr, exit status 1, nothing on stdout. */
-function expectRefusal(result: Finished, pattern: RegExp): void {
-  expect({ code: result.code, stdout: result.stdout }).toEqual({ code: 1, stdout: '' });
-  const lines = result.stderr.split('\n').filter((line) => line !== '');
-  expect(lines).toHaveLength(1);
-  expect(lines[0]).toMatch(/^tollgate-keys: /);
-  expect(lines[0]).toMatch(pattern);
-}
+const keys = runKeys;
+const expectRefusal = expectOneLineError;
 
 /** The refusals every store gives, with what each must name. */
 const REFUSED: readonly [string, string[], RegExp][] = [

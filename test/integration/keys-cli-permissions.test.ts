@@ -5,7 +5,8 @@ import { Pool } from 'pg';
 import { FileKeyStore } from '../../lib/keys/key-store';
 import { migrate } from '../../lib/keys/pg-schema';
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
-import { distScript, type Finished, runNode } from '../helpers/process';
+import { expectOneLineError, runKeys } from '../helpers/keys-cli';
+import type { Finished } from '../helpers/process';
 
 /**
  * The key command's `set-permissions` and `create --permissions` (contract 16) on a keys file and
@@ -13,18 +14,8 @@ import { distScript, type Finished, runNode } from '../helpers/process';
  * naming the key and the permission, and changes nothing.
  */
 
-const cli = distScript('gateway/keys-cli.js');
-const keys = (args: string[], env: Record<string, string> = {}): Promise<Finished> =>
-  runNode(cli, args, env);
-
-/** One line on stderr, exit status 1, nothing on stdout. */
-function expectRefusal(result: Finished, pattern: RegExp): void {
-  expect({ code: result.code, stdout: result.stdout }).toEqual({ code: 1, stdout: '' });
-  const lines = result.stderr.split('\n').filter((line) => line !== '');
-  expect(lines).toHaveLength(1);
-  expect(lines[0]).toMatch(/^tollgate-keys: /);
-  expect(lines[0]).toMatch(pattern);
-}
+const keys = runKeys;
+const expectRefusal = expectOneLineError;
 
 /** The refusals every store gives, with what each must name. */
 const REFUSED: readonly [string, string[], RegExp][] = [
