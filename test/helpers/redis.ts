@@ -1,6 +1,6 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -87,6 +87,12 @@ export async function startRedisServer(
   if (binary === undefined) throw new Error('redis-server is not on PATH');
   if (port === undefined) return onAFreePort((free) => startRedisServer(free, extraArgs));
   const chosen = port;
+  // A replica writes the master's snapshot to its working directory: keep it out of the repo, and
+  // remove it once the server has exited.
+  const dir = mkdtempSync(path.join(tmpdir(), 'tollgate-redis-'));
+  const removeDir = (): void => {
+    rmSync(dir, { recursive: true, force: true });
+  };
   const child = spawn(
     binary,
     [
@@ -100,9 +106,8 @@ export async function startRedisServer(
       'no',
       '--daemonize',
       'no',
-      // A replica writes the master's snapshot to its working directory: keep it out of the repo.
       '--dir',
-      mkdtempSync(path.join(tmpdir(), 'tollgate-redis-')),
+      dir,
       ...extraArgs,
     ],
     { stdio: 'ignore' },
@@ -112,6 +117,7 @@ export async function startRedisServer(
   // freePort() and now, or a cluster node's bus port, port + 10000, is taken): say so at once.
   const exitedEarly = new Promise<never>((_resolve, reject) => {
     child.once('exit', (code) => {
+      removeDir();
       reject(new PortTakenError(chosen, code));
     });
   });
@@ -123,7 +129,10 @@ export async function startRedisServer(
     url,
     process: child,
     stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
+      if (child.exitCode !== null || child.signalCode !== null) {
+        removeDir();
+        return;
+      }
       const exited = new Promise<void>((resolve) =>
         child.once('exit', () => {
           resolve();
@@ -131,6 +140,7 @@ export async function startRedisServer(
       );
       child.kill('SIGKILL');
       await exited;
+      removeDir();
     },
   };
 }
