@@ -124,13 +124,15 @@ export async function loadRows(url: string, rows: readonly BenchRow[]): Promise<
 /**
  * Gives every key a new version without a NOTIFY (triggers off): only the instances' version
  * backstop sees it, and each then fetches and applies every key again, the database's full reload.
- * `unrevoke` is made valid again in the same statement, so the bench sees when the batch is in.
+ * `keyId` is revoked (`revoke`) or made valid again in the same statement, so the bench sees when
+ * the batch is in.
  * The UPDATE runs now, in a transaction left open; the returned `commit()` makes it visible, so
  * the database's own work on a million rows is over before the measured time starts.
  */
 export async function touchEveryKey(
   url: string,
-  unrevoke: string,
+  keyId: string,
+  revoke: boolean,
 ): Promise<{ commit(): Promise<void> }> {
   const client = new Client({ connectionString: url });
   await client.connect();
@@ -139,8 +141,8 @@ export async function touchEveryKey(
     await client.query('SET LOCAL session_replication_role = replica');
     await client.query(
       `UPDATE keys SET version = nextval('tollgate_change_version'),
-         revoked_at = CASE WHEN id = $1 THEN NULL ELSE revoked_at END`,
-      [unrevoke],
+         revoked_at = CASE WHEN id = $1 THEN $2::timestamptz ELSE revoked_at END`,
+      [keyId, revoke ? new Date() : null],
     );
   } catch (error) {
     await client.end();

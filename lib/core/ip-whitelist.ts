@@ -100,12 +100,19 @@ export class IpWhitelist {
 export class WhitelistParser {
   private readonly parsed = new Map<string, IpWhitelist>();
 
+  /**
+   * `remembered`: how many distinct lists are kept at most; past it the memory starts afresh, so
+   * a million accounts with lists of their own never hold a million parsed lists.
+   */
+  constructor(private readonly remembered = Number.POSITIVE_INFINITY) {}
+
   parse(entries: unknown, where?: string): IpWhitelist {
     if (!Array.isArray(entries)) return IpWhitelist.parse(entries, where);
     const text = JSON.stringify(entries);
     let list = this.parsed.get(text);
     if (list === undefined) {
       list = IpWhitelist.parse(entries, where);
+      if (this.parsed.size >= this.remembered) this.parsed.clear();
       this.parsed.set(text, list);
     }
     return list;

@@ -12,6 +12,7 @@ import {
   secretDigest,
 } from './key-rules';
 import { PERMISSIONS, PermissionSets } from '../core/permissions';
+import { DuplicateFieldError, JsonSyntaxError, ReadError, readJsonFile } from './json-stream';
 
 /**
  * Validation of the keys document:
@@ -47,13 +48,51 @@ export type KeysFileKey = Omit<
   readonly permissionMask: number;
 };
 
+/** A field of a key that must be unique across the document. */
+export type UniqueKeyField = 'id' | 'publishableKey' | 'secretKeySha256';
+
 /**
- * Where `visitKeysDocument` hands what it validated, in document order: each account, then its
- * keys with what `account()` returned for it.
+ * Where the checker hands what it validated, in document order: each account, then its keys with
+ * what `account()` returned for it. The sink keeps the values that must be unique and says when
+ * one was taken before: `account()` returns `TAKEN` for an account id seen before, `key()` the
+ * first field of the key an earlier key took (or `undefined`). A ring builder answers from its own
+ * hash tables; `UniqueValues` answers for sinks that keep no index.
  */
 export interface KeysDocumentSink<A> {
-  account(id: string, ipWhitelist: IpWhitelist | undefined, limits?: AccountLimits): A;
-  key(account: A, key: KeysFileKey): void;
+  account(id: string, ipWhitelist: IpWhitelist | undefined, limits?: AccountLimits): A | Taken;
+  key(account: A, key: KeysFileKey): UniqueKeyField | undefined;
+}
+
+export const TAKEN = Symbol('taken');
+export type Taken = typeof TAKEN;
+
+/** The unique values of a document, in sets: for sinks that keep no index of their own. */
+class UniqueValues {
+  private readonly accounts = new Set<string>();
+  private readonly ids = new Set<string>();
+  private readonly publishable = new Set<string>();
+  private readonly secrets = new Set<string>();
+
+  /** Records an account id; false when an earlier account had it. */
+  account(id: string): boolean {
+    return claim(this.accounts, id);
+  }
+
+  /** Records a key's unique fields; the first one an earlier key had, if any. */
+  key(key: KeysFileKey): UniqueKeyField | undefined {
+    if (!claim(this.ids, key.id)) return 'id';
+    if (!claim(this.publishable, key.publishableKey)) return 'publishableKey';
+    if (!claim(this.secrets, Buffer.from(key.secretKeySha256).toString('hex'))) {
+      return 'secretKeySha256';
+    }
+    return undefined;
+  }
+}
+
+function claim(values: Set<string>, value: string): boolean {
+  if (values.has(value)) return false;
+  values.add(value);
+  return true;
 }
 
 /** The records of a keys document, every key with its account's (shared) whitelist and limits. */
@@ -65,20 +104,26 @@ export function parseKeysDocument(
 ): KeyRecord[] {
   const records: KeyRecord[] = [];
   const permissionSets = new PermissionSets(permissionNames);
+  const unique = new UniqueValues();
   visitKeysDocument<Pick<KeyRecord, 'ipWhitelist' | 'limits'> & { id: string }>(
     document,
     source,
     {
-      account: (id, ipWhitelist, limits) => ({ id, ipWhitelist, limits }),
-      key: (account, { permissionMask, ...key }) => {
+      account: (id, ipWhitelist, limits) =>
+        unique.account(id) ? { id, ipWhitelist, limits } : TAKEN,
+      key: (account, key) => {
+        const taken = unique.key(key);
+        if (taken !== undefined) return taken;
+        const { permissionMask, ...fields } = key;
         const permissions = permissionSets.of(permissionMask);
         records.push({
-          ...key,
+          ...fields,
           accountId: account.id,
           ipWhitelist: account.ipWhitelist,
           ...(account.limits === undefined ? {} : { limits: account.limits }),
           ...(permissions === undefined ? {} : { permissions }),
         });
+        return undefined;
       },
     },
     limitScopes,
@@ -95,76 +140,158 @@ export function visitKeysDocument<A>(
   limitScopes: LimitScopes = {},
   permissionNames: readonly string[] = PERMISSIONS,
 ): void {
-  const fail = (where: string, problem: string): never => {
-    throw new ConfigurationError(`${source}: ${where}: ${problem}`);
+  const checker = new KeysDocumentChecker(source, sink, limitScopes, permissionNames);
+  const root = asObject(document, 'the document', ROOT_FIELDS, checker.fail);
+  if (Array.isArray(root.accounts)) {
+    for (const account of root.accounts as unknown[]) checker.account(account);
+  } else checker.field('accounts', root.accounts);
+  checker.end();
+}
+
+/**
+ * Validates the keys file at `path` as it is read, one account at a time (json-stream.ts), handing
+ * each account and key to `sink`: a file of a million keys is never held whole. `opened(bytes)` is
+ * called with the file's size before it is read. Faults are `ConfigurationError`s, as
+ * `FileKeyStore` has always reported them: `keys file <path>: cannot be read (ENOENT)` or `…: is
+ * not valid JSON`, and `<path>: accounts[0].keys[1].role: …` for an entry. Read in order, a fault
+ * in an entry is reported before a syntax error further on.
+ */
+export function visitKeysFile<A>(
+  path: string,
+  sink: KeysDocumentSink<A>,
+  limitScopes: LimitScopes = {},
+  permissionNames: readonly string[] = PERMISSIONS,
+  opened?: (bytes: number) => void,
+): void {
+  const checker = new KeysDocumentChecker(path, sink, limitScopes, permissionNames);
+  try {
+    readJsonFile(
+      path,
+      'accounts',
+      {
+        element: (account) => {
+          checker.account(account);
+        },
+        field: (name, value) => {
+          checker.field(name, value);
+        },
+        root: () => checker.fail('the document', 'must be an object'),
+      },
+      opened,
+    );
+  } catch (error) {
+    if (error instanceof ReadError)
+      throw new ConfigurationError(`keys file ${path}: ${error.message}`);
+    if (error instanceof DuplicateFieldError) checker.fail('the document', error.message);
+    if (error instanceof JsonSyntaxError)
+      throw new ConfigurationError(`keys file ${path}: is not valid JSON`);
+    throw error;
+  }
+  checker.end();
+}
+
+const ROOT_FIELDS = new Set(['accounts']);
+
+/**
+ * Checks a keys document's accounts one by one (`account()`, in document order), then `end()`.
+ * Every fault is a `ConfigurationError` naming the entry.
+ */
+class KeysDocumentChecker<A> {
+  private accounts = 0;
+  private readonly whitelists = new WhitelistParser(WHITELISTS_REMEMBERED);
+
+  constructor(
+    private readonly source: string,
+    private readonly sink: KeysDocumentSink<A>,
+    private readonly limitScopes: LimitScopes,
+    private readonly permissionNames: readonly string[],
+  ) {}
+
+  readonly fail = (where: string, problem: string): never => {
+    throw new ConfigurationError(`${this.source}: ${where}: ${problem}`);
   };
-  const root = asObject(document, 'the document', new Set(['accounts']), fail);
-  const accounts = root.accounts;
-  if (!Array.isArray(accounts) || accounts.length === 0) {
-    return fail('accounts', 'must be a non-empty array');
+
+  /** A field of the root object other than an `accounts` array. */
+  field(name: string, value: unknown): void {
+    if (!ROOT_FIELDS.has(name)) {
+      this.fail(
+        'the document',
+        `unknown field "${name}" (expected ${[...ROOT_FIELDS].join(', ')})`,
+      );
+    }
+    if (!Array.isArray(value)) this.fail('accounts', 'must be a non-empty array');
   }
 
-  const seen = { accounts: new Set<string>(), keys: new Set<string>(), pks: new Set<string>() };
-  const digests = new Set<string>();
-  const whitelists = new WhitelistParser();
-  accounts.forEach((accountValue: unknown, a) => {
-    const where = `accounts[${a}]`;
-    const account = asObject(accountValue, where, ACCOUNT_FIELDS, fail);
+  end(): void {
+    if (this.accounts === 0) this.fail('accounts', 'must be a non-empty array');
+  }
+
+  account(value: unknown): void {
+    const fail = this.fail;
+    const where = `accounts[${this.accounts++}]`;
+    const account = asObject(value, where, ACCOUNT_FIELDS, fail);
     const accountId = identifier(account.id, `${where}.id`, fail);
-    if (seen.accounts.has(accountId)) fail(`${where}.id`, `duplicate account id "${accountId}"`);
-    seen.accounts.add(accountId);
 
     let ipWhitelist: IpWhitelist | undefined;
     if (account.ipWhitelist !== undefined) {
       try {
-        ipWhitelist = whitelists.parse(account.ipWhitelist, `${where}.ipWhitelist`);
+        ipWhitelist = this.whitelists.parse(account.ipWhitelist, `${where}.ipWhitelist`);
       } catch (error) {
-        throw new ConfigurationError(`${source}: ${(error as Error).message}`);
+        throw new ConfigurationError(`${this.source}: ${(error as Error).message}`);
       }
     }
 
     const limits =
       account.limits === undefined
         ? undefined
-        : accountLimits(account.limits, `${where}.limits`, accountId, limitScopes, fail);
+        : accountLimits(account.limits, `${where}.limits`, accountId, this.limitScopes, fail);
 
     if (!Array.isArray(account.keys) || account.keys.length === 0) {
       fail(`${where}.keys`, 'must be a non-empty array');
     }
-    const handle = sink.account(accountId, ipWhitelist, limits);
+    const handle = this.sink.account(accountId, ipWhitelist, limits);
+    if (handle === TAKEN) fail(`${where}.id`, `duplicate account id "${accountId}"`);
     (account.keys as unknown[]).forEach((keyValue, k) => {
-      const at = `${where}.keys[${k}]`;
-      const key = asObject(keyValue, at, KEY_FIELDS, fail);
-      const id = identifier(key.id, `${at}.id`, fail);
-      if (seen.keys.has(id)) fail(`${at}.id`, `duplicate key id "${id}"`);
-      seen.keys.add(id);
-
-      const pk = publishableKey(key.publishableKey, `${at}.publishableKey`, fail);
-      if (seen.pks.has(pk)) fail(`${at}.publishableKey`, 'duplicate publishable key');
-      seen.pks.add(pk);
-
-      const digest = secretDigest(key.secretKeySha256, `${at}.secretKeySha256`, fail);
-      if (digests.has(digest)) fail(`${at}.secretKeySha256`, 'duplicate secret key');
-      digests.add(digest);
-
-      const role =
-        key.role === undefined ? OWNER_ROLE : parseRole(key.role, `${source}: ${at}.role`);
-      if (key.revoked !== undefined && typeof key.revoked !== 'boolean') {
-        fail(`${at}.revoked`, 'must be true or false');
-      }
-      sink.key(handle, {
-        id,
-        role,
-        publishableKey: pk,
-        secretKeySha256: Buffer.from(digest, 'hex'),
-        revoked: key.revoked === true,
-        expiresAt: expiresAt(key.expiresAt, `${at}.expiresAt`, fail),
-        permissionMask:
-          keyPermissions(key.permissions, `${at}.permissions`, id, permissionNames, fail) ?? 0,
-      });
+      this.key(handle as A, keyValue, `${where}.keys[${k}]`);
     });
-  });
+  }
+
+  private key(handle: A, value: unknown, at: string): void {
+    const fail = this.fail;
+    const key = asObject(value, at, KEY_FIELDS, fail);
+    const id = identifier(key.id, `${at}.id`, fail);
+    const pk = publishableKey(key.publishableKey, `${at}.publishableKey`, fail);
+    const digest = secretDigest(key.secretKeySha256, `${at}.secretKeySha256`, fail);
+    const role =
+      key.role === undefined ? OWNER_ROLE : parseRole(key.role, `${this.source}: ${at}.role`);
+    if (key.revoked !== undefined && typeof key.revoked !== 'boolean') {
+      fail(`${at}.revoked`, 'must be true or false');
+    }
+    const taken = this.sink.key(handle, {
+      id,
+      role,
+      publishableKey: pk,
+      secretKeySha256: Buffer.from(digest, 'hex'),
+      revoked: key.revoked === true,
+      expiresAt: expiresAt(key.expiresAt, `${at}.expiresAt`, fail),
+      permissionMask:
+        keyPermissions(key.permissions, `${at}.permissions`, id, this.permissionNames, fail) ?? 0,
+    });
+    if (taken !== undefined) fail(`${at}.${taken}`, DUPLICATE[taken](id));
+  }
 }
+
+const DUPLICATE: Record<UniqueKeyField, (id: string) => string> = {
+  id: (id) => `duplicate key id "${id}"`,
+  publishableKey: () => 'duplicate publishable key',
+  secretKeySha256: () => 'duplicate secret key',
+};
+
+/**
+ * Parsed whitelists the checker keeps for reuse (accounts often share lists): bounded, so a file
+ * where every account has a list of its own never holds them all.
+ */
+const WHITELISTS_REMEMBERED = 4096;
 
 function asObject(
   value: unknown,

@@ -78,13 +78,6 @@ export function hashString(value: string, seed: number): number {
   return hash >>> 0;
 }
 
-/** The same hash over ASCII bytes, equal to `hashString` of the string they spell. */
-export function hashBytes(bytes: Uint8Array, start: number, end: number, seed: number): number {
-  let hash = (0x811c9dc5 ^ seed) >>> 0;
-  for (let i = start; i < end; i++) hash = Math.imul(hash ^ (bytes[i] ?? 0), 0x01000193);
-  return hash >>> 0;
-}
-
 /** Where a secret's digest is placed: its first four bytes. */
 export function digestHash(digest: Uint8Array, offset = 0): number {
   return (
@@ -120,11 +113,4 @@ export function isRevokedFlag(flags: number): boolean {
 
 export function flagsOf(role: Role, revoked: boolean): number {
   return ROLES.indexOf(role) | (revoked ? REVOKED_FLAG : 0);
-}
-
-/** A table's slot count for `entries`: a power of two, at least twice as many, at least 16. */
-export function slotsFor(entries: number): number {
-  let slots = 16;
-  while (slots < entries * 2) slots *= 2;
-  return slots;
 }

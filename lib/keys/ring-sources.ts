@@ -1,13 +1,11 @@
-import { readFileSync } from 'node:fs';
 import type { Client } from 'pg';
 import { WhitelistParser } from '../core/ip-whitelist';
 import type { Role } from '../core/roles';
-import { ConfigurationError } from '../errors';
 import { requireOptional } from '../optional-module';
 import type { AccountLimits, LimitScopes } from './key-record';
 import { accountLimits, keyPermissions } from './key-rules';
 import { PERMISSIONS } from '../core/permissions';
-import { visitKeysDocument } from './keys-file';
+import { TAKEN, visitKeysFile } from './keys-file';
 import { PackedTableBuilder } from './packed-builder';
 import type { PackedTable } from './packed-table';
 
@@ -61,39 +59,31 @@ export async function buildRingHere(job: RingJob, hooks: BuildHooks = {}): Promi
     : fromDatabase(job, large);
 }
 
-/** Reads and validates a keys file (contract 3); a `ConfigurationError` names what is wrong. */
+/**
+ * Reads and validates a keys file (contract 3) one account at a time, straight into the builder;
+ * a `ConfigurationError` names what is wrong.
+ */
 function fromFile(
   path: string,
   limitScopes: LimitScopes,
   permissions: readonly string[],
   large: (() => void) | undefined,
 ): BuiltRing {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code ?? 'read error';
-    throw new ConfigurationError(`keys file ${path}: cannot be read (${code})`);
-  }
-  if (text.length > LARGE_FILE_BYTES) large?.();
-  let document: unknown;
-  try {
-    document = JSON.parse(text);
-  } catch {
-    throw new ConfigurationError(`keys file ${path}: is not valid JSON`);
-  }
   const builder = new PackedTableBuilder(permissions);
-  visitKeysDocument(
-    document,
+  visitKeysFile(
     path,
     {
-      account: (id, ipWhitelist, limits) => builder.addAccount(id, ipWhitelist?.entries(), limits),
-      key: (account, key) => {
-        builder.addKey({ ...key, account });
+      account: (id, ipWhitelist, limits) => {
+        const index = builder.addAccount(id, ipWhitelist?.entries(), limits);
+        return index < 0 ? TAKEN : index;
       },
+      key: (account, key) => builder.addKey(account, key),
     },
     limitScopes,
     permissions,
+    (bytes) => {
+      if (bytes > LARGE_FILE_BYTES) large?.();
+    },
   );
   return { table: builder.build(), version: '0', blocked: [], blockedKeys: [] };
 }
@@ -209,9 +199,8 @@ async function fromDatabase(
           blockedKey = true;
           blockedKeys.push({ key: row.id, reason: (error as Error).message });
         }
-        builder.addKey({
+        builder.addKey(account, {
           id: row.id,
-          account,
           role: row.role,
           publishableKey: row.publishable_key,
           secretKeySha256: row.secret_sha256,
@@ -235,7 +224,10 @@ async function fromDatabase(
 
 /**
  * Reads `select` in pages ordered by id (keyset pagination), handing each row to `each`; calls
- * `large` when a second page is needed.
+ * `large` when a second page is needed. From then on a build made while requests are served
+ * (`large` given) reads smaller pages and rests after each as long as the page took: PostgreSQL's
+ * backend and this worker then use at most about half of a core each, in bursts of a few
+ * milliseconds, and the request thread keeps the rest. Such a build takes about twice as long.
  */
 // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-parameters -- the row type of `select`
 async function pages<Row extends { id: string }>(
@@ -245,14 +237,26 @@ async function pages<Row extends { id: string }>(
   each: (row: Row) => void,
 ): Promise<void> {
   let after = '';
+  let size = PAGE;
   for (;;) {
-    const { rows } = await client.query<Row>(`${select} WHERE id > $1 ORDER BY id LIMIT ${PAGE}`, [
+    const startedAt = performance.now();
+    const { rows } = await client.query<Row>(`${select} WHERE id > $1 ORDER BY id LIMIT ${size}`, [
       after,
     ]);
     for (const row of rows) each(row);
     const last = rows[rows.length - 1];
-    if (last === undefined || rows.length < PAGE) return;
-    large?.();
+    if (last === undefined || rows.length < size) return;
     after = last.id;
+    if (large === undefined) continue;
+    large();
+    size = BACKGROUND_PAGE;
+    await sleep(performance.now() - startedAt);
   }
+}
+
+/** The page size of a large build made while requests are served. */
+const BACKGROUND_PAGE = 2000;
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -1,7 +1,12 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ConfigurationError } from '../../lib/errors';
 import { generateKey } from '../../lib/keys/key-format';
 import { KeyRing, sha256 } from '../../lib/keys/key-store';
 import { parseKeysDocument } from '../../lib/keys/keys-file';
+import { PackedKeyRing } from '../../lib/keys/packed-key-ring';
+import { buildRingHere } from '../../lib/keys/ring-sources';
 
 const SOURCE = '/etc/tollgate/keys.json';
 
@@ -307,6 +312,78 @@ describe('KeyRing.fromDocument', () => {
 
   it.each([[null], [[]], ['{}'], [42]])('refuses a document that is %p', (document) => {
     expect(loadError(document).message).toBe(`${SOURCE}: the document: must be an object`);
+  });
+
+  describe('read from a file, one account at a time', () => {
+    let directory: string;
+    beforeAll(async () => {
+      directory = await mkdtemp(join(tmpdir(), 'tollgate-keys-file-'));
+    });
+    afterAll(async () => {
+      await rm(directory, { recursive: true, force: true });
+    });
+
+    const VALID_ACCOUNT = JSON.stringify(validDocument().accounts[1]);
+
+    /** The message the streamed file build refuses `text` with (the ring worker's own path). */
+    async function fileError(text: string): Promise<string> {
+      const path = join(directory, 'keys.json');
+      await writeFile(path, text);
+      try {
+        await buildRingHere({ kind: 'file', path });
+      } catch (error) {
+        expect(error).toBeInstanceOf(ConfigurationError);
+        const message = (error as Error).message;
+        return message.replace(message.startsWith('keys') ? `keys file ${path}` : path, 'FILE');
+      }
+      throw new Error('the file was accepted');
+    }
+
+    it.each(faults)('refuses %s, as the document rules do', async (_what, mutate, expected) => {
+      const document = validDocument();
+      mutate(document);
+      expect(
+        (await fileError(JSON.stringify(document, null, 2))).startsWith(`FILE: ${expected}`),
+      ).toBe(true);
+    });
+
+    it.each([
+      ['null', 'the document: must be an object'],
+      ['[]', 'the document: must be an object'],
+      ['"{}"', 'the document: must be an object'],
+      ['42', 'the document: must be an object'],
+      ['{}', 'accounts: must be a non-empty array'],
+      ['{"accounts": []}', 'accounts: must be a non-empty array'],
+      ['{"accounts": {}}', 'accounts: must be a non-empty array'],
+      ['{"accounts": null}', 'accounts: must be a non-empty array'],
+      ['{"accounts": [1]}', 'accounts[0]: must be an object'],
+      ['{"acounts": [1]}', 'the document: unknown field "acounts" (expected accounts)'],
+      [
+        `{"accounts": [${VALID_ACCOUNT}], "accounts": [${VALID_ACCOUNT}]}`,
+        'the document: duplicate field "accounts"',
+      ],
+      ['', 'is not valid JSON'],
+      ['{"accounts": [', 'is not valid JSON'],
+      [`{"accounts": [${VALID_ACCOUNT},]}`, 'is not valid JSON'],
+      [`{"accounts": [${VALID_ACCOUNT}] x`, 'is not valid JSON'],
+      [`{"accounts": [${VALID_ACCOUNT}]`, 'is not valid JSON'],
+      [`{"accounts": [${VALID_ACCOUNT} ${VALID_ACCOUNT}]}`, 'is not valid JSON'],
+      ['\ufeff{"accounts": []}', 'is not valid JSON'],
+    ])('refuses %j: %s', async (text, expected) => {
+      expect(await fileError(text)).toBe(`FILE: ${expected}`);
+    });
+
+    it('builds the same keys as the document gives, whatever the layout', async () => {
+      const document = validDocument();
+      const records = parseKeysDocument(document, SOURCE);
+      for (const layout of [JSON.stringify(document), JSON.stringify(document, null, '\t')]) {
+        const path = join(directory, 'layout.json');
+        await writeFile(path, layout);
+        const ring = new PackedKeyRing((await buildRingHere({ kind: 'file', path })).table);
+        for (const record of records) expect(ring.findById(record.id)).toEqual(record);
+        expect(ring.size).toBe(records.length);
+      }
+    });
   });
 
   it('never puts a digest of another key into the message', () => {

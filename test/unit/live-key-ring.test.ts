@@ -131,7 +131,7 @@ function baseOf(model: Model): PackedKeyRing {
     indexes.set(account.id, builder.addAccount(account.id, list));
   }
   for (const row of model.keys.values()) {
-    builder.addKey({ ...row, account: indexes.get(row.accountId) ?? 0 });
+    builder.addKey(indexes.get(row.accountId) ?? 0, row);
   }
   return new PackedKeyRing(builder.build());
 }
@@ -246,7 +246,7 @@ describe('LiveKeyRing and account limits (contract 16)', () => {
   it("gives base keys and layer keys their account's new limits in the batch that changes them", () => {
     const builder = new PackedTableBuilder();
     const account = builder.addAccount('acct_a', undefined, { payments: 3 });
-    builder.addKey({ ...keyRow('key_base', 'acct_a'), account });
+    builder.addKey(account, keyRow('key_base', 'acct_a'));
     const ring = new LiveKeyRing(new PackedKeyRing(builder.build()));
     ring.apply({
       accounts: [],
