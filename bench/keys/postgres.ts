@@ -126,8 +126,9 @@ export async function loadRows(url: string, rows: readonly BenchRow[]): Promise<
  * backstop sees it, and each then fetches and applies every key again, the database's full reload.
  * `keyId` is revoked (`revoke`) or made valid again in the same statement, so the bench sees when
  * the batch is in.
- * The UPDATE runs now, in a transaction left open; the returned `commit()` makes it visible, so
- * the database's own work on a million rows is over before the measured time starts.
+ * The UPDATE runs now, in a transaction left open, and a CHECKPOINT writes its pages out; the
+ * returned `commit()` makes it visible, so the database's own work on a million rows is over
+ * before the measured time starts.
  */
 export async function touchEveryKey(
   url: string,
@@ -139,11 +140,19 @@ export async function touchEveryKey(
   try {
     await client.query('BEGIN');
     await client.query('SET LOCAL session_replication_role = replica');
+    // The gateways' own writes (`last_used_at`) wait for the commit instead of deadlocking with
+    // a million row locks taken in another order; reads go on.
+    await client.query('LOCK TABLE keys IN EXCLUSIVE MODE');
     await client.query(
       `UPDATE keys SET version = nextval('tollgate_change_version'),
          revoked_at = CASE WHEN id = $1 THEN $2::timestamptz ELSE revoked_at END`,
       [keyId, revoke ? new Date() : null],
     );
+    // The UPDATE's dirty pages written out now, on another connection, rather than by the
+    // checkpointer while the bench measures.
+    const other = new Client({ connectionString: url });
+    await other.connect();
+    await other.query('CHECKPOINT').finally(() => other.end());
   } catch (error) {
     await client.end();
     throw error;

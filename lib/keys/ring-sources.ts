@@ -88,6 +88,26 @@ function fromFile(
   return { table: builder.build(), version: '0', blocked: [], blockedKeys: [] };
 }
 
+/**
+ * Half pace for a large database build made while requests are served: after every stretch of
+ * work of `SLICE_MS` or more, a rest as long as the stretch. The worker thread already runs at a
+ * low priority; resting also leaves the cores to what that does not cover, PostgreSQL's backend
+ * above all. Such a build takes about twice as long. (Tried on the keys file too, it doubled the
+ * reload's length and did not lower the worst wait: the file's read is not paced.)
+ */
+class Pacer {
+  private since = performance.now();
+
+  async rest(): Promise<void> {
+    const worked = performance.now() - this.since;
+    if (worked < SLICE_MS) return;
+    await new Promise((resolve) => setTimeout(resolve, worked));
+    this.since = performance.now();
+  }
+}
+
+const SLICE_MS = 10;
+
 const PAGE = 20_000;
 
 /** An `accounts` row as the key store reads it (pg-key-store.ts adds its `version`). */
@@ -225,9 +245,8 @@ async function fromDatabase(
 /**
  * Reads `select` in pages ordered by id (keyset pagination), handing each row to `each`; calls
  * `large` when a second page is needed. From then on a build made while requests are served
- * (`large` given) reads smaller pages and rests after each as long as the page took: PostgreSQL's
- * backend and this worker then use at most about half of a core each, in bursts of a few
- * milliseconds, and the request thread keeps the rest. Such a build takes about twice as long.
+ * (`large` given) reads smaller pages at half pace (`Pacer`): PostgreSQL's backend and this worker
+ * then work in bursts of a few milliseconds and the request thread keeps the rest.
  */
 // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-parameters -- the row type of `select`
 async function pages<Row extends { id: string }>(
@@ -238,8 +257,8 @@ async function pages<Row extends { id: string }>(
 ): Promise<void> {
   let after = '';
   let size = PAGE;
+  let pacer: Pacer | undefined;
   for (;;) {
-    const startedAt = performance.now();
     const { rows } = await client.query<Row>(`${select} WHERE id > $1 ORDER BY id LIMIT ${size}`, [
       after,
     ]);
@@ -248,15 +267,14 @@ async function pages<Row extends { id: string }>(
     if (last === undefined || rows.length < size) return;
     after = last.id;
     if (large === undefined) continue;
-    large();
-    size = BACKGROUND_PAGE;
-    await sleep(performance.now() - startedAt);
+    if (pacer === undefined) {
+      large();
+      pacer = new Pacer();
+      size = BACKGROUND_PAGE;
+    }
+    await pacer.rest();
   }
 }
 
 /** The page size of a large build made while requests are served. */
 const BACKGROUND_PAGE = 2000;
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
