@@ -1,7 +1,5 @@
-import { timingSafeEqual } from 'node:crypto';
 import express, { type Express, type RequestHandler } from 'express';
 import {
-  AuthenticationError,
   clientIp,
   ConflictError,
   createAuthFailureLimiter,
@@ -18,9 +16,10 @@ import {
   refuseMalformedRequests,
   requestId,
   type ScopeUsage,
-  sha256,
   TollgateError,
 } from '../lib';
+import { adminAccess } from './admin-access';
+import { DashboardSessions } from './dashboard-sessions';
 import type { GatewayMetrics } from './metrics';
 import type { Readiness } from './readiness';
 
@@ -47,6 +46,8 @@ export interface AdminAppOptions {
   readonly readiness?: Readiness | undefined;
   /** `GET /metrics` (no token: bind the admin listener where only operators reach it). */
   readonly metrics?: Pick<GatewayMetrics, 'text' | 'contentType'> | undefined;
+  /** The dashboard's sessions (contract 15); a store of its own by default. */
+  readonly sessions?: DashboardSessions | undefined;
   /**
    * `GET /admin/v1/accounts/:id/usage`: an account's use of its per-account scopes, read from the
    * counters that decide (the gateway's `usage()`); `undefined`: the route answers 404.
@@ -110,7 +111,7 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
   app.set('trust proxy', false);
   const failures = createAuthFailureLimiter({ limit: ADMIN_FAILURE_LIMIT });
 
-  app.use(requestId(), noStore, refuseMalformedRequests(), clientIp());
+  app.use(requestId(), operatorHeaders, refuseMalformedRequests(), clientIp());
 
   const router = express.Router({ caseSensitive: true, strict: false });
   if (options.readiness !== undefined) {
@@ -128,7 +129,13 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
     router.all('/metrics', methodNotAllowed(['GET']));
   }
   if (options.tokenSha256 !== undefined) {
-    const authorised = adminToken(options.tokenSha256, failures);
+    const { authorised, sessionRoutes } = adminAccess(
+      options.tokenSha256,
+      failures,
+      options.sessions ?? new DashboardSessions(),
+      (action) => audit(action, logger),
+    );
+    router.use(sessionRoutes);
     const readBody = jsonBody({ limit: '16kb' });
     const handlers = {
       ...(options.manager === undefined
@@ -156,36 +163,6 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
       failures.store.shutdown();
     },
   });
-}
-
-/** The admin bearer token, compared by digest in constant time, under a failure budget per IP. */
-function adminToken(
-  tokenSha256: string,
-  failures: ReturnType<typeof createAuthFailureLimiter>,
-): RequestHandler {
-  const expected = Buffer.from(tokenSha256, 'hex');
-  return function adminTokenMiddleware(req, _res, next) {
-    const spent = failures.refusalFor(req);
-    if (spent !== undefined) {
-      next(spent);
-      return;
-    }
-    const values = req.headersDistinct.authorization ?? [];
-    const match =
-      values.length === 1 ? /^bearer ([\x21-\x7e]{1,512})$/i.exec(values[0] ?? '') : null;
-    const token = match?.[1];
-    if (token === undefined) {
-      next(new AuthenticationError(values.length === 0 ? 'missing_credentials' : 'invalid_token'));
-      return;
-    }
-    if (timingSafeEqual(sha256(token), expected)) {
-      next();
-      return;
-    }
-    const refusal = new AuthenticationError('invalid_token');
-    failures.record(req, refusal);
-    next(refusal);
-  };
 }
 
 type Action = (typeof ADMIN_ROUTES)[number]['action'];
@@ -432,11 +409,23 @@ function audit(action: string, logger: Logger): RequestHandler {
   };
 }
 
-const noStore: RequestHandler = function noStoreMiddleware(_req, res, next) {
+/**
+ * Every answer of the admin listener, the dashboard's pages and its API alike (contract 15): never
+ * stored, never framed, no referrer, and a policy that lets a page run only this listener's own
+ * scripts and styles.
+ */
+const operatorHeaders: RequestHandler = function operatorHeadersMiddleware(_req, res, next) {
   res.setHeader('Cache-Control', 'no-store');
   res.setHeader('X-Content-Type-Options', 'nosniff');
+  res.setHeader('Content-Security-Policy', CONTENT_SECURITY_POLICY);
+  res.setHeader('X-Frame-Options', 'DENY');
+  res.setHeader('Referrer-Policy', 'no-referrer');
   next();
 };
+
+const CONTENT_SECURITY_POLICY =
+  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+  "frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
 function methodsByPath(): Map<string, string[]> {
   const byPath = new Map<string, string[]>();

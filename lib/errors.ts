@@ -16,6 +16,7 @@ export const ERROR_CODES = [
   'insufficient_role',
   'insufficient_permission',
   'ip_not_whitelisted',
+  'forbidden_origin',
   'not_found',
   'method_not_allowed',
   'conflict',
@@ -139,6 +140,21 @@ export class MethodNotAllowedError extends TollgateError {
 }
 
 /** A key-management write that the key store cannot take (contract 13): a keys file is read-only. */
+/**
+ * A dashboard change (contract 15) made with the session cookie from another origin, or without the
+ * page's CSRF token: refused before any other check.
+ */
+export class ForbiddenOriginError extends TollgateError {
+  override readonly name = 'ForbiddenOriginError';
+  constructor() {
+    super(
+      403,
+      'forbidden_origin',
+      'A dashboard change must come from the dashboard itself, with its CSRF token',
+    );
+  }
+}
+
 export class ConflictError extends TollgateError {
   override readonly name = 'ConflictError';
   constructor(message: string) {

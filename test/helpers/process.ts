@@ -145,6 +145,8 @@ export interface HttpRequest {
   readonly json?: unknown;
   /** Sent as it is, as `application/json` (for bodies that are not valid JSON). */
   readonly jsonText?: string;
+  /** Sent as `application/x-www-form-urlencoded`, as a browser posts a form. */
+  readonly form?: Record<string, string>;
   /** Source address of the connection (any of 127.0.0.0/8), so client addresses are real. */
   readonly from?: string;
 }
@@ -152,12 +154,15 @@ export interface HttpRequest {
 /** One request on its own connection (no keep-alive) to 127.0.0.1:`port`. */
 export function httpRequest(options: HttpRequest): Promise<HttpResult> {
   return new Promise((resolve, reject) => {
+    const form = options.form === undefined ? undefined : new URLSearchParams(options.form);
     const payload =
-      options.jsonText !== undefined
-        ? Buffer.from(options.jsonText)
-        : options.json === undefined
-          ? undefined
-          : Buffer.from(JSON.stringify(options.json));
+      form !== undefined
+        ? Buffer.from(form.toString())
+        : options.jsonText !== undefined
+          ? Buffer.from(options.jsonText)
+          : options.json === undefined
+            ? undefined
+            : Buffer.from(JSON.stringify(options.json));
     const req = http.request(
       {
         host: '127.0.0.1',
@@ -170,7 +175,11 @@ export function httpRequest(options: HttpRequest): Promise<HttpResult> {
           ...options.headers,
           ...(payload === undefined
             ? {}
-            : { 'content-type': 'application/json', 'content-length': String(payload.length) }),
+            : {
+                'content-type':
+                  form === undefined ? 'application/json' : 'application/x-www-form-urlencoded',
+                'content-length': String(payload.length),
+              }),
         },
       },
       (res) => {
