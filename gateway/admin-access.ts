@@ -1,6 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
 import { parse as parseCookies, serialize as serializeCookie } from 'cookie';
-import express, { type Request, type RequestHandler, type Router } from 'express';
+import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import {
   AuthenticationError,
   type createAuthFailureLimiter,
@@ -56,24 +56,12 @@ export function adminAccess(
   const authorised: RequestHandler = function adminAccessMiddleware(req, _res, next) {
     const values = req.headersDistinct.authorization;
     const cookie = values === undefined ? sessionCookie(req) : undefined;
-    if (cookie !== undefined) {
-      const session = sessions.find(cookie, false);
-      if (!SAFE_METHODS.has(req.method) && !fromDashboard(req, session)) {
-        next(new ForbiddenOriginError());
-        return;
-      }
-      const spent = failures.refusalFor(req);
-      if (spent !== undefined) {
-        next(spent);
-        return;
-      }
-      if (session !== undefined && sessions.find(cookie) !== undefined) {
-        next();
-        return;
-      }
-      const refusal = new AuthenticationError('invalid_token', SESSION_ENDED);
-      failures.record(req, refusal);
-      next(refusal);
+    if (
+      cookie !== undefined &&
+      !SAFE_METHODS.has(req.method) &&
+      !fromDashboard(req, sessions.find(cookie, false))
+    ) {
+      next(new ForbiddenOriginError());
       return;
     }
     const spent = failures.refusalFor(req);
@@ -81,16 +69,27 @@ export function adminAccess(
       next(spent);
       return;
     }
-    const token = bearerToken(values);
-    if (token === undefined) {
-      next(new AuthenticationError(values === undefined ? 'missing_credentials' : 'invalid_token'));
-      return;
+    let refusal: AuthenticationError;
+    if (cookie !== undefined) {
+      if (sessions.find(cookie) !== undefined) {
+        next();
+        return;
+      }
+      refusal = new AuthenticationError('invalid_token', SESSION_ENDED);
+    } else {
+      const token = bearerToken(values);
+      if (token === undefined) {
+        next(
+          new AuthenticationError(values === undefined ? 'missing_credentials' : 'invalid_token'),
+        );
+        return;
+      }
+      if (tokenMatches(token)) {
+        next();
+        return;
+      }
+      refusal = new AuthenticationError('invalid_token');
     }
-    if (tokenMatches(token)) {
-      next();
-      return;
-    }
-    const refusal = new AuthenticationError('invalid_token');
     failures.record(req, refusal);
     next(refusal);
   };
@@ -122,16 +121,7 @@ export function adminAccess(
         return;
       }
       const started = sessions.start();
-      res.setHeader(
-        'Set-Cookie',
-        serializeCookie(SESSION_COOKIE, started.cookie, {
-          httpOnly: true,
-          sameSite: 'strict',
-          path: '/',
-          secure: req.secure,
-          maxAge: SESSION_MAX_MS / 1000,
-        }),
-      );
+      setSessionCookie(req, res, started.cookie, SESSION_MAX_MS / 1000);
       if (req.is('application/x-www-form-urlencoded') !== false) {
         res.redirect(303, '/dashboard/');
         return;
@@ -157,16 +147,7 @@ export function adminAccess(
       return;
     }
     if (cookie !== undefined) sessions.end(cookie);
-    res.setHeader(
-      'Set-Cookie',
-      serializeCookie(SESSION_COOKIE, '', {
-        httpOnly: true,
-        sameSite: 'strict',
-        path: '/',
-        secure: req.secure,
-        maxAge: 0,
-      }),
-    );
+    setSessionCookie(req, res, '', 0);
     res.status(204).end();
   });
   sessionRoutes.all('/dashboard/session/end', methodNotAllowed(['POST']));
@@ -174,6 +155,20 @@ export function adminAccess(
 }
 
 const SESSION_ENDED = 'The dashboard session has ended; sign in again';
+
+/** Sets (or, with an empty value and no age, clears) the session cookie, as contract 15 says. */
+function setSessionCookie(req: Request, res: Response, value: string, maxAgeSeconds: number): void {
+  res.setHeader(
+    'Set-Cookie',
+    serializeCookie(SESSION_COOKIE, value, {
+      httpOnly: true,
+      sameSite: 'strict',
+      path: '/',
+      secure: req.secure,
+      maxAge: maxAgeSeconds,
+    }),
+  );
+}
 
 /** The session cookie's value, when the request carries one. */
 function sessionCookie(req: Request): string | undefined {

@@ -27,25 +27,61 @@ export interface PackedKeyInput {
   readonly permissionMask?: number | undefined;
 }
 
-/** A byte array that doubles as it fills. */
-class Bytes {
-  bytes = new Uint8Array(1 << 16);
+type NumberArray = Uint8Array | Uint16Array | Uint32Array | Int32Array | Float64Array;
+
+/**
+ * Numbers pushed one by one into a typed array that doubles as it fills: outside the JavaScript
+ * heap, so a million keys' columns cost the collector nothing while a ring is built. `values`
+ * holds them from 0 to `length`; `done()` copies them out at their exact size.
+ */
+class Column<T extends NumberArray> {
+  values: T;
   length = 0;
 
+  constructor(
+    private readonly make: (length: number) => T,
+    initial = 1024,
+  ) {
+    this.values = make(initial);
+  }
+
+  /** Makes room for `more` values after `length`. */
   reserve(more: number): void {
-    if (this.length + more <= this.bytes.length) return;
-    let size = this.bytes.length * 2;
+    if (this.length + more <= this.values.length) return;
+    let size = this.values.length * 2;
     while (size < this.length + more) size *= 2;
-    const grown = new Uint8Array(size);
-    grown.set(this.bytes.subarray(0, this.length));
-    this.bytes = grown;
+    const grown = this.make(size);
+    grown.set(this.values.subarray(0, this.length));
+    this.values = grown;
+  }
+
+  push(value: number): void {
+    this.reserve(1);
+    this.values[this.length++] = value;
+  }
+
+  at(index: number): number {
+    return this.values[index] ?? 0;
+  }
+
+  done(): T {
+    const exact = this.make(this.length);
+    exact.set(this.values.subarray(0, this.length));
+    return exact;
+  }
+}
+
+/** Bytes appended a string or a digest at a time. */
+class Bytes extends Column<Uint8Array> {
+  constructor() {
+    super((length) => new Uint8Array(length), 1 << 16);
   }
 
   /** Appends an ASCII string (the validation rules admit nothing else); returns its offset. */
   ascii(value: string): number {
     this.reserve(value.length);
     const start = this.length;
-    for (let i = 0; i < value.length; i++) this.bytes[start + i] = value.charCodeAt(i) & 0xff;
+    for (let i = 0; i < value.length; i++) this.values[start + i] = value.charCodeAt(i) & 0xff;
     this.length += value.length;
     return start;
   }
@@ -53,13 +89,9 @@ class Bytes {
   raw(value: Uint8Array): number {
     this.reserve(value.length);
     const start = this.length;
-    this.bytes.set(value, start);
+    this.values.set(value, start);
     this.length += value.length;
     return start;
-  }
-
-  done(): Uint8Array {
-    return this.bytes.slice(0, this.length);
   }
 }
 
@@ -85,40 +117,6 @@ class DistinctTexts {
       this.offsets.push(this.text.length);
     }
     return index;
-  }
-}
-
-type NumberArray = Uint8Array | Uint16Array | Uint32Array | Int32Array | Float64Array;
-
-/**
- * Numbers pushed one by one into a typed array that doubles as it fills: outside the JavaScript
- * heap, so a million keys' columns cost the collector nothing while a ring is built.
- */
-class Column<T extends NumberArray> {
-  private values: T;
-  length = 0;
-
-  constructor(private readonly make: (length: number) => T) {
-    this.values = make(1024);
-  }
-
-  push(value: number): void {
-    if (this.length === this.values.length) {
-      const grown = this.make(this.length * 2);
-      grown.set(this.values);
-      this.values = grown;
-    }
-    this.values[this.length++] = value;
-  }
-
-  at(index: number): number {
-    return this.values[index] ?? 0;
-  }
-
-  done(): T {
-    const exact = this.make(this.length);
-    exact.set(this.values.subarray(0, this.length));
-    return exact;
   }
 }
 
@@ -210,7 +208,7 @@ export class PackedTableBuilder {
   ): number {
     const hash = hashString(id, this.seed);
     const equal = (a: number): boolean =>
-      bytesEqual(this.text.bytes, this.accountText.at(a), this.accountLengths.at(a), id);
+      bytesEqual(this.text.values, this.accountText.at(a), this.accountLengths.at(a), id);
     if (this.byAccount.find(hash, equal) >= 0) return -1;
     this.byAccount.add(hash);
     this.accountLimits.push(
@@ -235,19 +233,19 @@ export class PackedTableBuilder {
     const secretHash = digestHash(key.secretKeySha256);
     const idAt = (k: number): number => this.keyText.at(k);
     const idLength = (k: number): number => this.keyLengths.at(2 * k);
-    if (this.byId.find(idHash, (k) => bytesEqual(text.bytes, idAt(k), idLength(k), key.id)) >= 0) {
+    if (this.byId.find(idHash, (k) => bytesEqual(text.values, idAt(k), idLength(k), key.id)) >= 0) {
       return 'id';
     }
     const samePublishable = (k: number): boolean =>
       bytesEqual(
-        text.bytes,
+        text.values,
         idAt(k) + idLength(k),
         this.keyLengths.at(2 * k + 1),
         key.publishableKey,
       );
     if (this.byPublishable.find(publishableHash, samePublishable) >= 0) return 'publishableKey';
     const sameSecret = (k: number): boolean =>
-      sameBytes(digests.bytes, k * 32, key.secretKeySha256);
+      sameBytes(digests.values, k * 32, key.secretKeySha256);
     if (this.bySecret.find(secretHash, sameSecret) >= 0) return 'secretKeySha256';
 
     this.byId.add(idHash);

@@ -1,11 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { loadConfig } from '../../gateway/config';
 import { type RunningGateway, startGateway } from '../../gateway/start';
 import { ConfigurationError } from '../../lib/errors';
 import { sha256 } from '../../lib/keys/key-store';
+import { type AdminGateway, startAdminGateway } from '../helpers/admin-gateway';
 import { allowedMethods, expectErrorBody } from '../helpers/error-body';
 import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 import { captureLogs, type CapturedLogs, findLeaks } from '../helpers/logs';
@@ -45,7 +43,7 @@ function portOf(url: string | undefined): number {
 
 describe('the admin listener with a keys file', () => {
   const fixtures = createFixtures();
-  let directory: string;
+  let started: AdminGateway;
   let gateway: RunningGateway;
   let logs: CapturedLogs;
   let port: number;
@@ -65,25 +63,13 @@ describe('the admin listener with a keys file', () => {
     });
 
   beforeAll(async () => {
-    directory = mkdtempSync(path.join(tmpdir(), 'tollgate-admin-'));
-    const keysFile = path.join(directory, 'keys.json');
-    writeFileSync(keysFile, JSON.stringify(fixtures.document), { mode: 0o600 });
     logs = captureLogs();
-    gateway = await startGateway(
-      loadConfig({
-        PORT: '0',
-        TOLLGATE_KEYS_FILE: keysFile,
-        TOLLGATE_TOKEN_SECRET: TOKEN_SECRET,
-        TOLLGATE_ADMIN_PORT: '0',
-        TOLLGATE_ADMIN_TOKEN_SHA256: sha256(ADMIN_TOKEN).toString('hex'),
-      }),
-      { logger: logs.logger, print: () => undefined },
-    );
-    port = portOf(gateway.adminUrl);
+    started = await startAdminGateway(fixtures.document, ADMIN_TOKEN, logs.logger);
+    gateway = started.gateway;
+    port = started.adminPort;
   });
   afterAll(async () => {
-    await gateway.stop(1000);
-    rmSync(directory, { recursive: true, force: true });
+    await started.stop();
   });
 
   it('listens on loopback, on its own port', () => {

@@ -1,12 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { loadConfig } from '../../gateway/config';
-import { type RunningGateway, startGateway } from '../../gateway/start';
-import { sha256 } from '../../lib/keys/key-store';
+import { type AdminGateway, startAdminGateway } from '../helpers/admin-gateway';
 import { expectErrorBody } from '../helpers/error-body';
-import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
+import { createFixtures } from '../helpers/fixtures';
 import { captureLogs, type CapturedLogs, findLeaks } from '../helpers/logs';
 import { type HttpResult, httpRequest } from '../helpers/process';
 
@@ -31,8 +26,7 @@ interface SignedIn {
 
 describe('dashboard sessions on the admin listener', () => {
   const fixtures = createFixtures();
-  let directory: string;
-  let gateway: RunningGateway;
+  let started: AdminGateway;
   let logs: CapturedLogs;
   let port: number;
   let origin: string;
@@ -76,26 +70,13 @@ describe('dashboard sessions on the admin listener', () => {
   };
 
   beforeAll(async () => {
-    directory = mkdtempSync(path.join(tmpdir(), 'tollgate-dashboard-session-'));
-    const keysFile = path.join(directory, 'keys.json');
-    writeFileSync(keysFile, JSON.stringify(fixtures.document), { mode: 0o600 });
     logs = captureLogs();
-    gateway = await startGateway(
-      loadConfig({
-        PORT: '0',
-        TOLLGATE_KEYS_FILE: keysFile,
-        TOLLGATE_TOKEN_SECRET: TOKEN_SECRET,
-        TOLLGATE_ADMIN_PORT: '0',
-        TOLLGATE_ADMIN_TOKEN_SHA256: sha256(ADMIN_TOKEN).toString('hex'),
-      }),
-      { logger: logs.logger, print: () => undefined },
-    );
-    port = Number(new URL(gateway.adminUrl ?? '').port);
+    started = await startAdminGateway(fixtures.document, ADMIN_TOKEN, logs.logger);
+    port = started.adminPort;
     origin = `http://127.0.0.1:${port}`;
   });
   afterAll(async () => {
-    await gateway.stop(1000);
-    rmSync(directory, { recursive: true, force: true });
+    await started.stop();
   });
 
   it('opens a session for the admin token: an HttpOnly, SameSite=Strict cookie, never the token', async () => {
