@@ -31,9 +31,9 @@ export type RingJob = (
 };
 
 /**
- * What a build calls once it knows it is large (a keys file over `LARGE_FILE_BYTES`, a database
- * of more than one page of keys) and requests are served meanwhile: the ring worker lowers its
- * own thread's priority there. Small builds, the tests' among them, never call it.
+ * What a build calls once it knows it is large and requests are served meanwhile (a keys file
+ * over `LARGE_FILE_BYTES`; a database build made in the background, at its start): the ring
+ * worker lowers its own thread's priority there. A small file's build never calls it.
  */
 export interface BuildHooks {
   readonly large?: (() => void) | undefined;
@@ -163,6 +163,10 @@ async function fromDatabase(
   job: Extract<RingJob, { kind: 'database' }>,
   large: (() => void) | undefined,
 ): Promise<BuiltRing> {
+  // The store builds in the background only when more than `FULL_LOAD_ROWS` (5,000) keys changed,
+  // so such a build is large from its first step, the driver's loading included.
+  large?.();
+  const background = large !== undefined;
   const pg = requireOptional('pg', 'TOLLGATE_DATABASE_URL (the PostgreSQL key store)');
   const client: Client = new pg.Client({
     connectionString: job.connectionString,
@@ -188,7 +192,7 @@ async function fromDatabase(
     await pages<AccountSql>(
       client,
       'SELECT id, ip_whitelist, limits FROM accounts',
-      large,
+      background,
       (row) => {
         let list: readonly string[] | undefined | 'blocked';
         let limits: AccountLimits | undefined;
@@ -207,7 +211,7 @@ async function fromDatabase(
       client,
       `SELECT id, account_id, role, publishable_key, secret_sha256, expires_at, revoked_at, permissions
        FROM keys`,
-      large,
+      background,
       (row) => {
         const account = accounts.get(row.account_id);
         if (account === undefined) return; // the foreign key forbids it
@@ -243,21 +247,21 @@ async function fromDatabase(
 }
 
 /**
- * Reads `select` in pages ordered by id (keyset pagination), handing each row to `each`; calls
- * `large` when a second page is needed. From then on a build made while requests are served
- * (`large` given) reads smaller pages at half pace (`Pacer`): PostgreSQL's backend and this worker
- * then work in bursts of a few milliseconds and the request thread keeps the rest.
+ * Reads `select` in pages ordered by id (keyset pagination), handing each row to `each`. A build
+ * made while requests are served (`background`) reads small pages at half pace (`Pacer`) from the
+ * first: PostgreSQL's backend and this worker then work in bursts of a few milliseconds and the
+ * request thread keeps the rest.
  */
 // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-parameters -- the row type of `select`
 async function pages<Row extends { id: string }>(
   client: Client,
   select: string,
-  large: (() => void) | undefined,
+  background: boolean,
   each: (row: Row) => void,
 ): Promise<void> {
   let after = '';
-  let size = PAGE;
-  let pacer: Pacer | undefined;
+  const size = background ? BACKGROUND_PAGE : PAGE;
+  const pacer = background ? new Pacer() : undefined;
   for (;;) {
     const { rows } = await client.query<Row>(`${select} WHERE id > $1 ORDER BY id LIMIT ${size}`, [
       after,
@@ -266,15 +270,9 @@ async function pages<Row extends { id: string }>(
     const last = rows[rows.length - 1];
     if (last === undefined || rows.length < size) return;
     after = last.id;
-    if (large === undefined) continue;
-    if (pacer === undefined) {
-      large();
-      pacer = new Pacer();
-      size = BACKGROUND_PAGE;
-    }
-    await pacer.rest();
+    await pacer?.rest();
   }
 }
 
-/** The page size of a large build made while requests are served. */
+/** The page size of a build made while requests are served. */
 const BACKGROUND_PAGE = 2000;
