@@ -42,13 +42,15 @@ export interface AdminAccess {
 
 /**
  * `audited(action)`: the middleware that writes a request's audit line once it is answered, as
- * the key-management routes' own (admin.ts).
+ * the key-management routes' own (admin.ts). `readOnly`: why the key-management routes take no
+ * change (a keys file), or `null`; the session's answer tells the page.
  */
 export function adminAccess(
   tokenSha256: string,
   failures: FailureLimiter,
   sessions: DashboardSessions,
   audited: (action: string) => RequestHandler,
+  readOnly: string | null,
 ): AdminAccess {
   const expected = Buffer.from(tokenSha256, 'hex');
   const tokenMatches = (token: string): boolean => timingSafeEqual(sha256(token), expected);
@@ -126,7 +128,7 @@ export function adminAccess(
         res.redirect(303, '/dashboard/');
         return;
       }
-      res.json(sessionView(started.session));
+      res.json(sessionView(started.session, readOnly));
     },
   );
   sessionRoutes.get('/dashboard/session', audited('dashboard.session'), (req, res, next) => {
@@ -136,7 +138,7 @@ export function adminAccess(
       next(new AuthenticationError('missing_credentials'));
       return;
     }
-    res.json(sessionView(session));
+    res.json(sessionView(session, readOnly));
   });
   sessionRoutes.all('/dashboard/session', methodNotAllowed(['GET', 'POST']));
   sessionRoutes.post('/dashboard/session/end', audited('dashboard.sign_out'), (req, res, next) => {
@@ -217,6 +219,13 @@ function signInBody(): RequestHandler {
   };
 }
 
-function sessionView(session: Session): { csrf_token: string; expires_at: string } {
-  return { csrf_token: session.csrfToken, expires_at: new Date(session.expiresAt).toISOString() };
+function sessionView(
+  session: Session,
+  readOnly: string | null,
+): { csrf_token: string; expires_at: string; read_only: string | null } {
+  return {
+    csrf_token: session.csrfToken,
+    expires_at: new Date(session.expiresAt).toISOString(),
+    read_only: readOnly,
+  };
 }

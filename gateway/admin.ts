@@ -19,7 +19,9 @@ import {
   TollgateError,
 } from '../lib';
 import { adminAccess } from './admin-access';
+import { dashboardRoutes } from './dashboard';
 import { DashboardSessions } from './dashboard-sessions';
+import type { MinuteCounts } from './decision-history';
 import type { GatewayMetrics } from './metrics';
 import type { Readiness } from './readiness';
 
@@ -53,6 +55,11 @@ export interface AdminAppOptions {
    * counters that decide (the gateway's `usage()`); `undefined`: the route answers 404.
    */
   readonly usage?: AccountUsage | undefined;
+  /**
+   * `GET /admin/v1/accounts/:id/decisions`: the account's decisions of the last 15 minutes on this
+   * instance, a minute at a time (the dashboard's chart); `undefined`: the route answers 404.
+   */
+  readonly decisions?: ((accountId: string) => readonly MinuteCounts[]) | undefined;
 }
 
 /** An account's use of its per-account scopes, given its limit overrides. */
@@ -85,6 +92,12 @@ const ADMIN_ROUTES = [
   { method: 'GET', path: '/admin/v1/accounts', action: 'accounts.list', writes: false },
   { method: 'POST', path: '/admin/v1/accounts', action: 'accounts.create', writes: true },
   { method: 'GET', path: '/admin/v1/accounts/:id/usage', action: 'accounts.usage', writes: false },
+  {
+    method: 'GET',
+    path: '/admin/v1/accounts/:id/decisions',
+    action: 'accounts.decisions',
+    writes: false,
+  },
   {
     method: 'PUT',
     path: '/admin/v1/accounts/:id/ip-whitelist',
@@ -134,14 +147,16 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
       failures,
       options.sessions ?? new DashboardSessions(),
       (action) => audit(action, logger),
+      options.manager === undefined ? options.readOnlyReason : null,
     );
-    router.use(sessionRoutes);
+    router.use(sessionRoutes, dashboardRoutes());
     const readBody = jsonBody({ limit: '16kb' });
     const handlers = {
       ...(options.manager === undefined
         ? fileHandlers(directory, options.readOnlyReason)
         : databaseHandlers(options.manager)),
       'accounts.usage': usageHandler(directory, options.usage, options.manager),
+      'accounts.decisions': decisionsHandler(directory, options.decisions, options.manager),
     };
     for (const route of ADMIN_ROUTES) {
       const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch';
@@ -166,8 +181,8 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
 }
 
 type Action = (typeof ADMIN_ROUTES)[number]['action'];
-/** The actions served by the key store; usage is read from the limits' counters. */
-type StoreAction = Exclude<Action, 'accounts.usage'>;
+/** The actions served by the key store; usage and decisions are read from this instance. */
+type StoreAction = Exclude<Action, 'accounts.usage' | 'accounts.decisions'>;
 
 /**
  * `GET /admin/v1/accounts/:id/usage` (contract 16): every per-account scope of the account in the
@@ -185,17 +200,8 @@ function usageHandler(
       next(new NotFoundError());
       return;
     }
-    const found = accountLimits(directory, id);
-    const known =
-      found !== undefined || manager === undefined
-        ? Promise.resolve(found)
-        : manager.listAccounts().then((accounts) => {
-            const account = accounts.find((candidate) => candidate.id === id);
-            return account === undefined ? undefined : { limits: account.limits ?? undefined };
-          });
-    known
+    knownAccount(directory, manager, id)
       .then(async (account) => {
-        if (account === undefined) throw new NotFoundError();
         const scopes = await usage(id, account.limits);
         res.json({
           account_id: id,
@@ -211,6 +217,60 @@ function usageHandler(
         next(error instanceof TollgateError ? error : new DatabaseUnavailableError());
       });
   };
+}
+
+/**
+ * `GET /admin/v1/accounts/:id/decisions`: the account's decisions of the last 15 minutes on this
+ * instance, oldest minute first: `{"account_id","minutes":[{"start","allowed","limited","refused":
+ * {code: count}}]}`. An unknown account answers 404.
+ */
+function decisionsHandler(
+  directory: KeyDirectory,
+  decisions: AdminAppOptions['decisions'],
+  manager: KeyManager | undefined,
+): RequestHandler {
+  return function accountDecisions(req, res, next) {
+    const id = typeof req.params.id === 'string' ? req.params.id : '';
+    if (decisions === undefined) {
+      next(new NotFoundError());
+      return;
+    }
+    knownAccount(directory, manager, id).then(
+      () => {
+        res.json({
+          account_id: id,
+          minutes: decisions(id).map((minute) => ({
+            start: new Date(minute.start).toISOString(),
+            allowed: minute.allowed,
+            limited: minute.limited,
+            refused: minute.refused,
+          })),
+        });
+      },
+      (error: unknown) => {
+        next(error instanceof TollgateError ? error : new DatabaseUnavailableError());
+      },
+    );
+  };
+}
+
+/**
+ * The account's limit overrides, from its keys in force; an account without keys is found in the
+ * database with its overrides. An unknown account rejects with `NotFoundError`.
+ */
+async function knownAccount(
+  directory: KeyDirectory,
+  manager: KeyManager | undefined,
+  id: string,
+): Promise<{ limits: KeyRecord['limits'] }> {
+  const found = accountLimits(directory, id);
+  if (found !== undefined) return found;
+  const stored =
+    manager === undefined
+      ? undefined
+      : (await manager.listAccounts()).find((candidate) => candidate.id === id);
+  if (stored === undefined) throw new NotFoundError();
+  return { limits: stored.limits ?? undefined };
 }
 
 /** The account's limit overrides as its keys in force carry them; `undefined`: no such key. */

@@ -23,6 +23,7 @@ import {
 } from '../lib';
 import { createAccessLog } from './access-log';
 import { DEFAULT_LIMITS, type LimitsConfig, type ShadowConfig, type TrustProxy } from './config';
+import { DecisionHistory, type MinuteCounts } from './decision-history';
 import { GatewayMetrics } from './metrics';
 import { createProxy } from './proxy';
 import { createReadiness, type Readiness, reportsStatus, UpstreamProbe } from './readiness';
@@ -66,6 +67,8 @@ export type GatewayApp = Express & {
   readonly metrics: GatewayMetrics;
   /** An account's use of its per-account scopes, from the counters that decide (contract 16). */
   usage(accountId: string, limits?: Readonly<Record<string, number>>): Promise<ScopeUsage[]>;
+  /** An account's decisions of the last 15 minutes on this instance (the dashboard's chart). */
+  decisions(accountId: string): MinuteCounts[];
 };
 
 export function createApp(options: AppOptions): GatewayApp {
@@ -98,6 +101,7 @@ export function createApp(options: AppOptions): GatewayApp {
     'payments-publishable',
   ];
   const { keyStore } = options;
+  const history = new DecisionHistory();
   const metrics = new GatewayMetrics({
     scopes: scopeNames,
     rateLimitState: () => rateLimitState(),
@@ -138,6 +142,7 @@ export function createApp(options: AppOptions): GatewayApp {
     onDecision: (event) => {
       const rateLimits = gate.rateLimitState();
       metrics.decision(event, rateLimits);
+      history.record(event);
       accessLog.observe(event, rateLimits);
     },
     logger,
@@ -265,6 +270,7 @@ export function createApp(options: AppOptions): GatewayApp {
     upstreamChecked,
     metrics,
     usage,
+    decisions: (accountId: string) => history.minutes(accountId),
   });
 }
 

@@ -150,6 +150,7 @@ export async function startGateway(
           readiness: app.readiness,
           metrics: app.metrics,
           usage: (accountId, limits) => app.usage(accountId, limits),
+          decisions: (accountId) => app.decisions(accountId),
           readOnlyReason:
             fileStore === undefined
               ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'

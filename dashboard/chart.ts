@@ -1,0 +1,136 @@
+import type { Minute } from './api';
+import { h, svg } from './dom';
+
+/**
+ * The last 15 minutes of an account's decisions as stacked bars, one a minute: allowed, limited,
+ * refused. Drawn as SVG with classes for the colours (no inline style: the CSP), and given as a
+ * table too, which screen readers read instead of the picture.
+ */
+
+const WIDTH = 600;
+const HEIGHT = 160;
+const AXIS = 28;
+
+const SERIES = [
+  { key: 'allowed', label: 'Allowed' },
+  { key: 'limited', label: 'Limited' },
+  { key: 'refused', label: 'Refused' },
+] as const;
+
+type Series = (typeof SERIES)[number]['key'];
+
+function counts(minute: Minute): Record<Series, number> {
+  const refused = Object.values(minute.refused).reduce((sum, n) => sum + n, 0);
+  return { allowed: minute.allowed, limited: minute.limited, refused };
+}
+
+function clock(iso: string): string {
+  return new Date(iso).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
+}
+
+export function decisionChart(minutes: readonly Minute[]): HTMLElement {
+  const totals = minutes.map(counts);
+  const top = Math.max(1, ...totals.map((t) => t.allowed + t.limited + t.refused));
+  const any = totals.some((t) => t.allowed + t.limited + t.refused > 0);
+  const slot = (WIDTH - AXIS) / Math.max(1, minutes.length);
+  const bars: SVGElement[] = [];
+  totals.forEach((total, index) => {
+    let y = HEIGHT - 16;
+    for (const { key } of SERIES) {
+      const height = ((HEIGHT - 24) * total[key]) / top;
+      if (height <= 0) continue;
+      y -= height;
+      bars.push(
+        svg('rect', {
+          class: `bar bar-${key}`,
+          x: String(AXIS + index * slot + 2),
+          y: String(y),
+          width: String(Math.max(1, slot - 4)),
+          height: String(height),
+        }),
+      );
+    }
+  });
+  const first = minutes[0];
+  const last = minutes[minutes.length - 1];
+  const picture = svg(
+    'svg',
+    {
+      class: 'chart',
+      viewBox: `0 0 ${WIDTH} ${HEIGHT}`,
+      role: 'img',
+      'aria-label': 'Decisions per minute, last 15 minutes',
+      preserveAspectRatio: 'none',
+    },
+    svg('line', {
+      class: 'axis',
+      x1: String(AXIS),
+      y1: '8',
+      x2: String(AXIS),
+      y2: String(HEIGHT - 16),
+    }),
+    svg('text', { class: 'tick', x: '0', y: '16' }, String(top)),
+    svg('text', { class: 'tick', x: '0', y: String(HEIGHT - 16) }, '0'),
+    first &&
+      svg('text', { class: 'tick', x: String(AXIS), y: String(HEIGHT - 2) }, clock(first.start)),
+    last &&
+      svg(
+        'text',
+        { class: 'tick end', x: String(WIDTH), y: String(HEIGHT - 2) },
+        clock(last.start),
+      ),
+    ...bars,
+  );
+  const legend = h(
+    'ul',
+    { class: 'legend' },
+    ...SERIES.map(({ key, label }) =>
+      h('li', {}, h('span', { class: `swatch bar-${key}`, 'aria-hidden': 'true' }), label),
+    ),
+  );
+  const refusedCodes = (minute: Minute): string =>
+    Object.entries(minute.refused)
+      .map(([code, n]) => `${code} ${n}`)
+      .join(', ');
+  // Hidden in a box of its own: a table is never narrower than its content, a 1 px box is.
+  const table = h(
+    'table',
+    {},
+    h('caption', {}, 'Decisions per minute'),
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        h('th', { scope: 'col' }, 'Minute'),
+        h('th', { scope: 'col' }, 'Allowed'),
+        h('th', { scope: 'col' }, 'Limited'),
+        h('th', { scope: 'col' }, 'Refused'),
+      ),
+    ),
+    h(
+      'tbody',
+      {},
+      ...minutes.map((minute, index) =>
+        h(
+          'tr',
+          {},
+          h('th', { scope: 'row' }, clock(minute.start)),
+          h('td', {}, String(totals[index]?.allowed ?? 0)),
+          h('td', {}, String(totals[index]?.limited ?? 0)),
+          h('td', {}, refusedCodes(minute) || '0'),
+        ),
+      ),
+    ),
+  );
+  return h(
+    'figure',
+    { class: 'decisions' },
+    any
+      ? picture
+      : h('p', { class: 'empty' }, 'No requests from this account in the last 15 minutes.'),
+    any && legend,
+    any && h('div', { class: 'visually-hidden' }, table),
+  );
+}
