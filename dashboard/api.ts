@@ -30,7 +30,9 @@ export interface AccountView {
   readonly keys: readonly KeyView[];
 }
 
+/** A key just created or rolled (database key store only): the one answer with its secret. */
 export interface NewKey extends KeyView {
+  readonly account_id: string;
   readonly secret_key: string;
 }
 

@@ -24,6 +24,31 @@ function counts(minute: Minute): Record<Series, number> {
   return { allowed: minute.allowed, limited: minute.limited, refused };
 }
 
+/** `code n, code n` in the order the server gave them; empty when nothing was refused. */
+function refusedCodes(refused: Readonly<Record<string, number>>): string {
+  return Object.entries(refused)
+    .map(([code, n]) => `${code} ${n}`)
+    .join(', ');
+}
+
+function minuteSummary(minute: Minute, total: Record<Series, number>): string {
+  const codes = refusedCodes(minute.refused);
+  return (
+    `${clock(minute.start)}: ${total.allowed} allowed, ${total.limited} limited, ` +
+    `${total.refused} refused${codes === '' ? '' : ` (${codes})`}`
+  );
+}
+
+/** The refusals of the 15 minutes by code, in words under the chart; none: nothing. */
+function refusedSummary(minutes: readonly Minute[]): HTMLElement | null {
+  const byCode: Record<string, number> = {};
+  for (const minute of minutes) {
+    for (const [code, n] of Object.entries(minute.refused)) byCode[code] = (byCode[code] ?? 0) + n;
+  }
+  const codes = refusedCodes(byCode);
+  return codes === '' ? null : h('p', { class: 'refused-codes' }, `Refused, by code: ${codes}.`);
+}
+
 function clock(iso: string): string {
   return new Date(iso).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
 }
@@ -35,12 +60,16 @@ export function decisionChart(minutes: readonly Minute[]): HTMLElement {
   const slot = (WIDTH - AXIS) / Math.max(1, minutes.length);
   const bars: SVGElement[] = [];
   totals.forEach((total, index) => {
+    const minute = minutes[index];
+    if (minute === undefined || total.allowed + total.limited + total.refused === 0) return;
+    // One group a minute, titled with its counts: a pointer over a bar shows them.
+    const group = svg('g', {}, svg('title', {}, minuteSummary(minute, total)));
     let y = HEIGHT - 16;
     for (const { key } of SERIES) {
       const height = ((HEIGHT - 24) * total[key]) / top;
       if (height <= 0) continue;
       y -= height;
-      bars.push(
+      group.append(
         svg('rect', {
           class: `bar bar-${key}`,
           x: String(AXIS + index * slot + 2),
@@ -50,6 +79,7 @@ export function decisionChart(minutes: readonly Minute[]): HTMLElement {
         }),
       );
     }
+    bars.push(group);
   });
   const first = minutes[0];
   const last = minutes[minutes.length - 1];
@@ -88,10 +118,6 @@ export function decisionChart(minutes: readonly Minute[]): HTMLElement {
       h('li', {}, h('span', { class: `swatch bar-${key}`, 'aria-hidden': 'true' }), label),
     ),
   );
-  const refusedCodes = (minute: Minute): string =>
-    Object.entries(minute.refused)
-      .map(([code, n]) => `${code} ${n}`)
-      .join(', ');
   // Hidden in a box of its own: a table is never narrower than its content, a 1 px box is.
   const table = h(
     'table',
@@ -119,7 +145,7 @@ export function decisionChart(minutes: readonly Minute[]): HTMLElement {
           h('th', { scope: 'row' }, clock(minute.start)),
           h('td', {}, String(totals[index]?.allowed ?? 0)),
           h('td', {}, String(totals[index]?.limited ?? 0)),
-          h('td', {}, refusedCodes(minute) || '0'),
+          h('td', {}, refusedCodes(minute.refused) || '0'),
         ),
       ),
     ),
@@ -131,6 +157,7 @@ export function decisionChart(minutes: readonly Minute[]): HTMLElement {
       ? picture
       : h('p', { class: 'empty' }, 'No requests from this account in the last 15 minutes.'),
     any && legend,
+    any && refusedSummary(minutes),
     any && h('div', { class: 'visually-hidden' }, table),
   );
 }

@@ -86,8 +86,14 @@ describe('DecisionHistory', () => {
     const history = new DecisionHistory(10, now);
     history.record(refused('acct_a', new IpNotWhitelistedError()));
     clock += HISTORY_MINUTES * MINUTE; // the same cell, 15 minutes on
-    expect(history.minutes('acct_a').every((minute) => minute.allowed === 0)).toBe(true);
-    expect(history.minutes('acct_a')[0]?.refused).toEqual({});
+    const empty = { allowed: 0, limited: 0, refused: {} };
+    expect(history.minutes('acct_a').at(-1)).toEqual({
+      start: T0 + HISTORY_MINUTES * MINUTE,
+      ...empty,
+    });
+    expect(history.minutes('acct_a').map(({ start: _, ...counts }) => counts)).toEqual(
+      Array(HISTORY_MINUTES).fill(empty),
+    );
     history.record(allowed('acct_a'));
     const last = history.minutes('acct_a')[HISTORY_MINUTES - 1];
     expect(last).toEqual({
