@@ -3,17 +3,14 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { Pool } from 'pg';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
-import { loadConfig } from '../../gateway/config';
-import { type RunningGateway, startGateway } from '../../gateway/start';
-import { sha256 } from '../../lib/keys/key-store';
-import { migrate } from '../../lib/keys/pg-schema';
+import type { RunningGateway } from '../../gateway/start';
 import { type AdminGateway, startAdminGateway } from '../helpers/admin-gateway';
 import { describeWithBrowser, requireChromium } from '../helpers/browser';
 import { until } from '../helpers/database-gateways';
 import { expectErrorBody } from '../helpers/error-body';
-import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
+import { createFixtures } from '../helpers/fixtures';
+import { startGatewayPair } from '../helpers/gateway-pair';
 import { captureLogs, type CapturedLogs, findLeaks } from '../helpers/logs';
 import { startTestPostgres, type TestPostgres } from '../helpers/postgres';
 import { type HttpResult, httpRequest } from '../helpers/process';
@@ -227,24 +224,8 @@ describeWithBrowser('the dashboard in chromium, two gateways on one PostgreSQL',
   beforeAll(async () => {
     const executablePath = requireChromium();
     server = await startTestPostgres();
-    const url = await server.createDatabase('dashboard');
-    const pool = new Pool({ connectionString: url });
-    await migrate(pool);
-    await pool.end();
     logs = captureLogs();
-    const env = { PORT: '0', TOLLGATE_DATABASE_URL: url, TOLLGATE_TOKEN_SECRET: TOKEN_SECRET };
-    first = await startGateway(
-      loadConfig({
-        ...env,
-        TOLLGATE_ADMIN_PORT: '0',
-        TOLLGATE_ADMIN_TOKEN_SHA256: sha256(ADMIN_TOKEN).toString('hex'),
-      }),
-      { logger: logs.logger, print: () => undefined },
-    );
-    second = await startGateway(loadConfig(env), {
-      logger: captureLogs().logger,
-      print: () => undefined,
-    });
+    ({ first, second } = await startGatewayPair(server, 'dashboard', ADMIN_TOKEN, logs.logger));
     origin = `http://127.0.0.1:${portOf(first.adminUrl)}`;
     // One account made with the admin API, so that the list has something before the page adds.
     expect((await admin('POST', '/admin/v1/accounts', { id: 'acct_existing' })).status).toBe(201);

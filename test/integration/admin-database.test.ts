@@ -1,11 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { Pool } from 'pg';
-import { loadConfig } from '../../gateway/config';
-import { type RunningGateway, startGateway } from '../../gateway/start';
+import type { RunningGateway } from '../../gateway/start';
 import { sha256 } from '../../lib/keys/key-store';
-import { migrate } from '../../lib/keys/pg-schema';
 import { expectErrorBody } from '../helpers/error-body';
-import { TOKEN_SECRET } from '../helpers/fixtures';
+import { startGatewayPair } from '../helpers/gateway-pair';
 import { captureLogs, type CapturedLogs, findLeaks } from '../helpers/logs';
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
 import { type HttpResult, httpRequest } from '../helpers/process';
@@ -73,24 +70,8 @@ describeWithPostgres('the admin listener on the database key store, two gateways
 
   beforeAll(async () => {
     server = await startTestPostgres();
-    const url = await server.createDatabase('admin');
-    const pool = new Pool({ connectionString: url });
-    await migrate(pool);
-    await pool.end();
     logs = captureLogs();
-    const env = { PORT: '0', TOLLGATE_DATABASE_URL: url, TOLLGATE_TOKEN_SECRET: TOKEN_SECRET };
-    first = await startGateway(
-      loadConfig({
-        ...env,
-        TOLLGATE_ADMIN_PORT: '0',
-        TOLLGATE_ADMIN_TOKEN_SHA256: sha256(ADMIN_TOKEN).toString('hex'),
-      }),
-      { logger: logs.logger, print: () => undefined },
-    );
-    second = await startGateway(loadConfig(env), {
-      logger: captureLogs().logger,
-      print: () => undefined,
-    });
+    ({ first, second } = await startGatewayPair(server, 'admin', ADMIN_TOKEN, logs.logger));
   }, 60_000);
   afterAll(async () => {
     await second.stop(500);
