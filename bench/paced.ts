@@ -1,14 +1,17 @@
-import autocannon from 'autocannon';
+import { percentile, startStreamProcess } from './paced-stream';
 import type { WrkResult } from './wrk';
 
 /**
- * Fixed-rate latency with autocannon (`overallRate`): `rate` requests a second over
- * `connections` keep-alive connections, rotating through `headerSets` as the wrk scripts do.
- * autocannon paces by a per-connection quota each second (a connection sends its share one
- * request after another, then waits for the next second), so with one connection every request
- * is measured alone, without queueing behind another of the bench's. Its own histogram keeps whole
- * milliseconds; the latencies here are taken from each response's own time (hrtime, fractions of
- * a millisecond) and their percentiles computed exactly.
+ * Latency at a fixed rate, wrk2's way: `rate` requests a second, each due at its own moment
+ * (`1000 / rate` ms apart) whether or not the one before has been answered, on as many keep-alive
+ * connections as the stream needs, sent from a process of its own (paced-stream.ts). Each
+ * latency is counted from when the request was due, not from when it went out, so a stall is
+ * charged in full to every request held up behind it (no coordinated omission).
+ *
+ * Not autocannon: its `overallRate` is a quota per connection and second (httpClient.js resets a
+ * counter each second and sends until the quota is spent), so one connection sends its thousand
+ * requests back to back and then idles, and more connections send theirs in bursts that queue
+ * behind each other. wrk2 itself is not packaged in Debian.
  */
 
 export interface PacedOptions {
@@ -16,52 +19,36 @@ export interface PacedOptions {
   readonly path: string;
   readonly headerSets: readonly Readonly<Record<string, string>>[];
   readonly rate: number;
-  readonly connections: number;
+  /** Sent first and not measured. */
+  readonly warmupSeconds: number;
   readonly durationSeconds: number;
 }
 
-export function percentile(sorted: readonly number[], fraction: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  const index = Math.min(sorted.length - 1, Math.ceil(fraction * sorted.length) - 1);
-  return sorted[Math.max(0, index)] ?? Number.NaN;
-}
-
 export async function runPaced(options: PacedOptions): Promise<WrkResult> {
-  const latencies: number[] = [];
-  const statuses: Record<number, number> = {};
-  const instance = autocannon(
-    {
-      url: options.url,
-      connections: options.connections,
-      overallRate: options.rate,
-      duration: options.durationSeconds,
-      requests: options.headerSets.map((headers) => ({
-        method: 'GET',
-        path: options.path,
-        headers: { ...headers },
-      })),
-    },
-    () => undefined,
+  const stream = await startStreamProcess(
+    new URL(options.path, options.url).href,
+    options.headerSets,
+    options.rate,
   );
-  instance.on('response', (_client, statusCode, _bytes, responseTime) => {
-    statuses[statusCode] = (statuses[statusCode] ?? 0) + 1;
-    latencies.push(responseTime);
-  });
-  const result = await new Promise<autocannon.Result>((resolve) => {
-    instance.on('done', resolve);
-  });
-  latencies.sort((a, b) => a - b);
-  const requests = latencies.length;
+  await sleep(options.warmupSeconds * 1000);
+  const from = performance.now();
+  await sleep(options.durationSeconds * 1000);
+  const to = performance.now();
+  const measured = (await stream.stop()).filter((sent) => sent.dueAt >= from && sent.dueAt < to);
+  const latencies = measured.map((sent) => sent.doneAt - sent.dueAt).sort((a, b) => a - b);
+  const statuses: Record<number, number> = {};
+  for (const { status } of measured) statuses[status] = (statuses[status] ?? 0) + 1;
   return {
-    requests,
-    requestsPerSecond: requests / options.durationSeconds,
+    requests: measured.length,
+    requestsPerSecond: measured.length / options.durationSeconds,
     p50Ms: percentile(latencies, 0.5),
     p99Ms: percentile(latencies, 0.99),
-    errorStatuses: Object.entries(statuses).reduce(
-      (sum, [status, count]) => (Number(status) > 399 ? sum + count : sum),
-      0,
-    ),
-    socketErrors: result.errors,
+    errorStatuses: measured.filter((sent) => sent.status > 399).length,
+    socketErrors: statuses[0] ?? 0,
     statuses,
   };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -109,6 +109,26 @@ export async function waitUntil(
 }
 
 /** Resident and peak resident memory of a process in MiB (Linux `/proc`), if readable. */
+let clockTicks: number | undefined;
+
+/**
+ * The CPU time a process has used so far (user and system, every thread), in seconds, from
+ * `/proc/<pid>/stat`; undefined where there is no such file.
+ */
+export function cpuSecondsOf(pid: number | undefined): number | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name, which is in parentheses and may hold spaces: state is the
+    // first, utime the 12th and stime the 13th (fields 14 and 15 of proc(5)).
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    clockTicks ??= Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim());
+    return (Number(fields[11]) + Number(fields[12])) / clockTicks;
+  } catch {
+    return undefined;
+  }
+}
+
 export function memoryOf(pid: number | undefined): { rssMiB: number; peakMiB: number } | undefined {
   if (pid === undefined) return undefined;
   try {

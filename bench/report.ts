@@ -10,6 +10,12 @@ export interface Row {
   /** Seconds actually measured (a failure budget can shorten a case, see `note`). */
   readonly measuredSeconds: number;
   readonly note?: string;
+  /**
+   * The gateway process's CPU time (user and system, all threads) per answer over the measured
+   * run, in microseconds: what a change costs or saves, much less moved by the machine's other
+   * load than requests a second are.
+   */
+  readonly cpuPerRequestUs?: number;
   /** Redis commands per allowed answer during the measured run (`INFO commandstats`). */
   readonly redisCommands?: {
     /** Commands clients sent (a script call counts once). */
@@ -90,6 +96,8 @@ interface Ratios {
   readonly throughput: number;
   readonly p50: number;
   readonly p99: number;
+  /** Gateway CPU time per answer; NaN when either row has none. */
+  readonly cpu: number;
 }
 
 function ratiosOf(round: Round): Ratios {
@@ -99,10 +107,21 @@ function ratiosOf(round: Round): Ratios {
     throughput: a.requestsPerSecond / b.requestsPerSecond,
     p50: a.p50Ms / b.p50Ms,
     p99: a.p99Ms / b.p99Ms,
+    cpu:
+      (round.current.cpuPerRequestUs ?? Number.NaN) /
+      (round.baseline.cpuPerRequestUs ?? Number.NaN),
   };
 }
 
 const times = (value: number): string => `${value.toFixed(2)}x`;
+
+/** `0.97x (301 / 310 µs)`: the ratio with both builds' CPU time per answer. */
+function cpuCell(round: Round): string {
+  const mine = round.current.cpuPerRequestUs;
+  const theirs = round.baseline.cpuPerRequestUs;
+  if (mine === undefined || theirs === undefined) return '-';
+  return `${times(mine / theirs)} (${mine.toFixed(0)} / ${theirs.toFixed(0)} µs)`;
+}
 
 /**
  * Per-round figures of both builds, the per-round ratios this build / baseline, and their medians
@@ -114,8 +133,8 @@ export function formatComparisons(comparisons: readonly Comparison[]): string[] 
     '|---|---:|---|---:|---:|---:|---|---:|---:|',
   ];
   const ratios = [
-    '| case | round (order) | requests/s this / baseline | p50 this / baseline | p99 this / baseline |',
-    '|---|---|---:|---:|---:|',
+    '| case | round (order) | requests/s this / baseline | p50 this / baseline | p99 this / baseline | gateway CPU per answer this / baseline |',
+    '|---|---|---:|---:|---:|---:|',
   ];
   const medians: string[] = [];
   const roundNotes: string[] = [];
@@ -133,14 +152,15 @@ export function formatComparisons(comparisons: readonly Comparison[]): string[] 
       const r = ratiosOf(round);
       ratios.push(
         `| ${name} | ${round.round} (${round.thisFirst ? 'this first' : 'baseline first'}) | ` +
-          `${times(r.throughput)} | ${times(r.p50)} | ${times(r.p99)} |`,
+          `${times(r.throughput)} | ${times(r.p50)} | ${times(r.p99)} | ${cpuCell(round)} |`,
       );
     }
     const all = rounds.map(ratiosOf);
     medians.push(
       `- ${name}: median this / baseline over ${rounds.length} round(s): ` +
         `throughput ${times(median(all.map((r) => r.throughput)))}, ` +
-        `p50 ${times(median(all.map((r) => r.p50)))}, p99 ${times(median(all.map((r) => r.p99)))}`,
+        `p50 ${times(median(all.map((r) => r.p50)))}, p99 ${times(median(all.map((r) => r.p99)))}, ` +
+        `gateway CPU per answer ${times(median(all.map((r) => r.cpu)))}`,
     );
   }
   return [

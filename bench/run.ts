@@ -15,6 +15,7 @@ import {
 } from './expect';
 import {
   type Child,
+  cpuSecondsOf,
   freePort,
   httpRequest,
   memoryOf,
@@ -68,16 +69,17 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * then the issue's target ratios from side-by-side rounds of (d), (h), (c) and (i) (medians of
  * per-round ratios), Redis commands per allowed request (INFO commandstats of the bench's own
  * redis-server), the latency the gateway adds over the stub at a fixed 1,000 requests a second
- * (autocannon, bench/paced.ts), and (j) the gateway's RSS after BENCH_DISTINCT_IPS (1,000,000)
- * distinct client IPs in X-Forwarded-For on POST /api/v1/checkout/ (per-IP scope), memory and
+ * (an open-loop stream, each request timed from when it was due: bench/paced.ts), and (j) the
+ * gateway's RSS after BENCH_DISTINCT_IPS (1,000,000) distinct client IPs in X-Forwarded-For on
+ * POST /api/v1/checkout/ (per-IP scope), memory and
  * Redis limits, before, after, and after the 60 s window (bench/distinct-ips.ts). The run ends
  * with the issue's table of targets, met or not.
  *
  * Settings (environment): BENCH_DURATION seconds per measured case (15), BENCH_WARMUP (3),
  * BENCH_CONNECTIONS (32), BENCH_THREADS (1), BENCH_ACCOUNTS (1000; also the number of wrong keys
  * rotated), BENCH_REDIS_URL (use this Redis instead of starting one; a unique key prefix keeps the
- * run apart from other users, and no Redis commands are counted), BENCH_PACED_CONNECTIONS (1),
- * BENCH_DISTINCT_IPS (1000000), BENCH_ONLY (a comma-separated list of `direct` (a, d, g),
+ * run apart from other users, and no Redis commands are counted), BENCH_NODE_FLAGS (Node flags
+ * for the gateways, none), BENCH_DISTINCT_IPS (1000000), BENCH_ONLY (a comma-separated list of `direct` (a, d, g),
  * `memory` (b), `redis` (c), `naive` (h), `forward-auth` (i), `latency`, `wrong-credential` (e,
  * f), `rss` (j); all by default).
  *
@@ -110,7 +112,6 @@ interface Settings {
   readonly accounts: number;
   readonly rounds: number;
   readonly roundSeconds: number;
-  readonly pacedConnections: number;
   readonly distinctIps: number;
 }
 
@@ -215,13 +216,19 @@ function log(message: string): void {
 }
 
 /**
- * With BENCH_CPU_PROFILE=<dir>, every gateway writes a V8 CPU profile there when it stops (250 µs
- * sampling); `node dist/bench/profile-groups.js <dir>/*.cpuprofile` groups it by library.
+ * The Node flags of a bench process: BENCH_NODE_FLAGS for the gateways; and with
+ * BENCH_CPU_PROFILE=<dir>, every server (gateways and the stub) writes a V8 CPU profile there when
+ * it stops (250 µs sampling); `node dist/bench/profile-groups.js <dir>/*.cpuprofile` groups it by
+ * library.
  */
 function profileFlags(script: string): string[] {
   const dir = process.env.BENCH_CPU_PROFILE;
-  if (dir === undefined || dir === '' || !script.endsWith('server.js')) return [];
-  return ['--cpu-prof', `--cpu-prof-dir=${dir}`, '--cpu-prof-interval=250'];
+  const gatewayFlags =
+    script === 'gateway/server.js'
+      ? (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter((flag) => flag !== '')
+      : [];
+  if (dir === undefined || dir === '' || !script.endsWith('server.js')) return gatewayFlags;
+  return [...gatewayFlags, '--cpu-prof', `--cpu-prof-dir=${dir}`, '--cpu-prof-interval=250'];
 }
 
 /** How a measured case is run. */
@@ -242,6 +249,8 @@ interface MeasureOptions {
    * after the measured run, and the commands counted per allowed (2xx) answer.
    */
   readonly redisPort?: number;
+  /** The gateway's process: its CPU time per answer over the measured run is recorded. */
+  readonly pid?: number;
 }
 
 class Bench {
@@ -311,7 +320,13 @@ class Bench {
     }
     const before =
       options.redisPort === undefined ? undefined : await commandCounts(options.redisPort);
+    const cpuBefore = cpuSecondsOf(options.pid);
     const result = await runWrk({ url, script, durationSeconds, connections, threads });
+    const cpuAfter = cpuSecondsOf(options.pid);
+    const cpuPerRequestUs =
+      cpuBefore === undefined || cpuAfter === undefined || result.requests === 0
+        ? undefined
+        : ((cpuAfter - cpuBefore) * 1e6) / result.requests;
     let redisCommands: Row['redisCommands'];
     if (options.redisPort !== undefined && before !== undefined) {
       const { total, scripts, byName } = commandsBetween(
@@ -333,6 +348,7 @@ class Bench {
       result,
       measuredSeconds: durationSeconds,
       ...(note === undefined ? {} : { note }),
+      ...(cpuPerRequestUs === undefined ? {} : { cpuPerRequestUs }),
       ...(redisCommands === undefined ? {} : { redisCommands }),
     };
     const spent = options.expected === WRONG_CREDENTIAL ? answersWith(result, 429) : 0;
@@ -759,7 +775,6 @@ async function main(): Promise<void> {
     accounts: setting('BENCH_ACCOUNTS', 1000, 1, 100_000),
     rounds: setting('BENCH_ROUNDS', 3, 1, 20),
     roundSeconds: setting('BENCH_ROUND_DURATION', Math.min(5, durationSeconds), 1, 600),
-    pacedConnections: setting('BENCH_PACED_CONNECTIONS', 1, 1, 1000),
     distinctIps: setting('BENCH_DISTINCT_IPS', 1_000_000, 1000, 8_000_000),
   };
   const groups = selectedGroups();
@@ -1002,13 +1017,12 @@ async function main(): Promise<void> {
         log(
           `${target}, ${PACED_RATE}/s [${context}]: ${warmupSeconds}s warm-up, ${settings.roundSeconds}s measured`,
         );
-        const common = { url: targetUrl, path: WALLETS_PATH, headerSets, rate: PACED_RATE };
-        const connections = settings.pacedConnections;
-        if (warmupSeconds > 0)
-          await runPaced({ ...common, connections, durationSeconds: warmupSeconds });
         const result = await runPaced({
-          ...common,
-          connections,
+          url: targetUrl,
+          path: WALLETS_PATH,
+          headerSets,
+          rate: PACED_RATE,
+          warmupSeconds,
           durationSeconds: settings.roundSeconds,
         });
         const short = result.requestsPerSecond < PACED_RATE * 0.95;
@@ -1020,7 +1034,7 @@ async function main(): Promise<void> {
           measuredSeconds: settings.roundSeconds,
           ...(short
             ? {
-                note: `${context}: reached ${Math.round(result.requestsPerSecond)} of ${PACED_RATE} requests a second (raise BENCH_PACED_CONNECTIONS on a busy machine)`,
+                note: `${context}: answered ${Math.round(result.requestsPerSecond)} of the ${PACED_RATE} requests due each second within the measured time`,
               }
             : {}),
         });
@@ -1116,7 +1130,12 @@ async function main(): Promise<void> {
           gatewayCase.credential,
           url,
           gatewayCase.script,
-          { ...gatewayCase.options, durationSeconds: measuredSeconds, context },
+          {
+            ...gatewayCase.options,
+            durationSeconds: measuredSeconds,
+            context,
+            pid: gateway.process.pid,
+          },
         );
       } finally {
         await gateway.stop();
@@ -1225,9 +1244,9 @@ async function main(): Promise<void> {
   }
   if (bench.pacedRows.length > 0) {
     out.push(
-      `### At a fixed ${PACED_RATE.toLocaleString('en-US')} requests a second (autocannon)`,
+      `### At a fixed ${PACED_RATE.toLocaleString('en-US')} requests a second (open loop)`,
       '',
-      `- ${settings.pacedConnections} connection(s), ${settings.roundSeconds}s measured after ${settings.warmupSeconds}s warm-up, stub and gateway alternating over ${settings.rounds} round(s); latencies from each response's own time`,
+      `- one request due every ${1000 / PACED_RATE} ms on keep-alive connections, each timed from when it was due; ${settings.roundSeconds}s measured after ${settings.warmupSeconds}s warm-up, stub and gateway alternating over ${settings.rounds} round(s)`,
       '',
       formatRows(bench.pacedRows),
       '',

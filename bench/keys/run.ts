@@ -18,7 +18,7 @@ import {
   touchEveryKey,
   vacuumKeys,
 } from './postgres';
-import { startStreamProcess, type Waits, waitsBetween } from './traffic';
+import { startStreamProcess, type Waits, waitsBetween } from '../paced-stream';
 
 /**
  * `npm run bench:keys`: the key ring at scale (issue 18). For each population size it generates

@@ -1,9 +1,9 @@
-import { type Sent, startStream } from './traffic';
+import { type Sent, startStream } from './paced-stream';
 
 /**
- * The keys bench's traffic, in a process of its own (see `startStreamProcess`): the bench's own
- * process holds the generated population (a million keys and their secrets), and its garbage
- * collections would otherwise delay sending and reading and be charged to the gateway.
+ * A paced stream in a process of its own (see `startStreamProcess`): nothing the bench's own
+ * process does (the keys bench holds a million generated keys and their secrets) delays sending or
+ * reading, so none of its garbage collections is charged to the gateway.
  *
  * Messages: `{ url, headerSets, rate }` starts the stream; `'stop'` ends it and answers with
  * every request as `[dueAt, doneAt, status]`, times in ms since the epoch (performance.timeOrigin

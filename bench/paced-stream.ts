@@ -1,7 +1,6 @@
 import { fork } from 'node:child_process';
 import http from 'node:http';
 import path from 'node:path';
-import { percentile } from '../paced';
 
 /**
  * A steady stream of requests at `rate` per second, each measured from the moment it was due to
@@ -9,6 +8,13 @@ import { percentile } from '../paced';
  * the stall are charged their whole wait (no coordinated omission). Keep-alive connections, as
  * many as the stream needs.
  */
+
+/** The value at `fraction` (0 to 1) of an ascending list, nearest rank. */
+export function percentile(sorted: readonly number[], fraction: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const index = Math.min(sorted.length - 1, Math.ceil(fraction * sorted.length) - 1);
+  return sorted[Math.max(0, index)] ?? Number.NaN;
+}
 
 export interface Sent {
   readonly dueAt: number;
@@ -71,7 +77,7 @@ export function startStream(
 }
 
 /**
- * `startStream` in a child process (traffic-child.ts), so that nothing the bench's own process
+ * `startStream` in a child process (paced-stream-child.ts), so that nothing the bench's own process
  * does (its garbage collections over a million generated keys) delays a request. Resolves once
  * the stream is sending; `stop()` gives the requests in this process's `performance.now()` clock.
  */
@@ -80,7 +86,7 @@ export async function startStreamProcess(
   headerSets: readonly Readonly<Record<string, string>>[],
   rate: number,
 ): Promise<Stream> {
-  const child = fork(path.join(__dirname, 'traffic-child.js'), [], {
+  const child = fork(path.join(__dirname, 'paced-stream-child.js'), [], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const next = (): Promise<unknown> =>
