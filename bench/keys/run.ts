@@ -262,10 +262,17 @@ async function duringChange(
   rate: number,
   change: () => Promise<void>,
   done: () => Promise<number>,
-): Promise<{ waits: Waits; before: Waits; changeMs: number; loop: LoopDelay }> {
+): Promise<{
+  waits: Waits;
+  before: Waits;
+  changeMs: number;
+  loop: LoopDelay;
+  steadyLoop: LoopDelay;
+}> {
   const stream = await startStreamProcess(`${gateway.url}${WALLETS}`, headerSets, rate);
   await sleep(500 + STEADY_MS);
-  await gateway.loopDelay();
+  // The steady window's own loop delay (from the stream's start), then counted afresh.
+  const steadyLoop = await gateway.loopDelay();
   const startedAt = performance.now();
   await change();
   const doneAt = await done();
@@ -277,6 +284,7 @@ async function duringChange(
     waits: waitsBetween(sent, startedAt, doneAt + 1000),
     changeMs: doneAt - startedAt,
     loop,
+    steadyLoop,
   };
 }
 
@@ -385,6 +393,7 @@ async function main(): Promise<void> {
               reload.waits,
             ),
           );
+          print(loopLine(`${what}: steady, the 10.5 s before the SIGHUP`, reload.steadyLoop));
           print(loopLine(`${what}: from the SIGHUP to 1 s after`, reload.loop));
           worst.push(reload.waits.worstMs);
           loops.push(reload.loop.maxMs);
@@ -455,6 +464,7 @@ async function main(): Promise<void> {
                 reload.waits,
               ),
             );
+            print(loopLine(`${what}: steady, the 10.5 s before the commit`, reload.steadyLoop));
             print(loopLine(`${what}: from the commit to 1 s after`, reload.loop));
             worst.push(reload.waits.worstMs);
             loops.push(reload.loop.maxMs);
