@@ -64,7 +64,10 @@ export interface PgKeyStoreOptions {
   readonly poolSize?: number;
   /** Keys made by `createKey`: `pk_test_…` or `pk_live_…` (a roll keeps the old key's). Defaults to `test`. */
   readonly keyEnvironment?: KeyEnvironment;
-  /** A query, or a connection attempt, that takes longer fails (and the store goes stale). */
+  /**
+   * A query, or a connection attempt, that takes longer fails (and the store goes stale); a
+   * statement is cancelled by PostgreSQL at this time, so it has not run. Defaults to 5000.
+   */
   readonly queryTimeoutMs?: number;
   /**
    * The gate's limit scopes, name to what each counts per: an account's `limits` may override the
@@ -110,6 +113,14 @@ const LATEST_VERSION = `SELECT greatest(
   (SELECT coalesce(max(version), 0) FROM keys),
   (SELECT coalesce(max(version), 0) FROM deletions))::text AS version`;
 
+/**
+ * How much longer the client waits for a statement than PostgreSQL lets it run
+ * (`statement_timeout`): the server cancels first, so a statement past its time has surely not
+ * run. A timeout on the client alone leaves the statement in the server, where a write queued on a
+ * lock (a `last_used_at` flush behind a bulk UPDATE) runs later, after the caller was told it
+ * failed, and such writes pile up one per flush for as long as the lock is held.
+ */
+const CLIENT_GRACE_MS = 250;
 const RECONNECT_MIN_MS = 100;
 /** More changed keys than this in one sync: a new ring is built in the worker instead. */
 export const FULL_LOAD_ROWS = 5000;
@@ -167,7 +178,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     this.clientConfig = {
       connectionString: options.connectionString,
       connectionTimeoutMillis: timeout,
-      query_timeout: timeout,
+      statement_timeout: timeout,
+      query_timeout: timeout + CLIENT_GRACE_MS,
       keepAlive: true,
     };
     this.pollTimer = setInterval(() => {
@@ -191,7 +203,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
       connectionString: options.connectionString,
       max: options.poolSize ?? 4,
       connectionTimeoutMillis: timeout,
-      query_timeout: timeout,
+      statement_timeout: timeout,
+      query_timeout: timeout + CLIENT_GRACE_MS,
       idleTimeoutMillis: 10_000,
       keepAlive: true,
     });

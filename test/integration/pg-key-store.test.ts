@@ -451,6 +451,46 @@ describeWithPostgres('PostgreSQL key store', () => {
     });
   });
 
+  it('a write past its timeout is cancelled by the server, never left queued on a lock', async () => {
+    const url = await migrated(server, 'cancelled');
+    const store = await PgKeyStore.open({
+      connectionString: url,
+      queryTimeoutMs: 300,
+      lastUsedFlushMs: 60_000,
+    });
+    stores.push(store);
+    await store.createAccount('acct_locked');
+    const key = await store.createKey('acct_locked', { id: 'key_locked' });
+    store.findBySecretKey(key.secretKey);
+    const pool = new Pool({ connectionString: url });
+    pool.on('error', () => undefined);
+    try {
+      const locker = await pool.connect();
+      try {
+        // A bulk change holding the table, as a million-row UPDATE does.
+        await locker.query('BEGIN');
+        await locker.query('LOCK TABLE keys IN EXCLUSIVE MODE');
+        expect(await store.flushLastUsed()).toBe(0);
+        const waiting = await pool.query<{ count: number }>(
+          `SELECT count(*)::int AS count FROM pg_stat_activity
+           WHERE state = 'active' AND query LIKE 'UPDATE keys SET last_used_at%'`,
+        );
+        expect(waiting.rows[0]?.count).toBe(0);
+      } finally {
+        await locker.query('ROLLBACK');
+        locker.release();
+      }
+      // The use was kept for the next flush, which goes through once the table is free.
+      expect(await store.flushLastUsed()).toBe(1);
+      const row = await pool.query<{ last_used_at: Date | null }>(
+        "SELECT last_used_at FROM keys WHERE id = 'key_locked'",
+      );
+      expect(row.rows[0]?.last_used_at).toBeInstanceOf(Date);
+    } finally {
+      await pool.end();
+    }
+  });
+
   it('an invalid whitelist written by hand fails closed', async () => {
     const url = await migrated(server, 'handmade');
     const store = await open(url);
