@@ -34,3 +34,9 @@ process.on('message', (message: Start | 'stop') => {
   stream = startStream(message.url, message.headerSets, message.rate);
   process.send?.('started');
 });
+
+// The bench that started this stream is gone (stopped, killed or crashed): stop sending. Left
+// running, a stream to a closed port goes on loading the machine under every later measurement.
+process.on('disconnect', () => {
+  process.exit(0);
+});
