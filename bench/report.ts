@@ -35,7 +35,8 @@ export interface Comparison {
 export interface Round {
   /** 1-based. */
   readonly round: number;
-  readonly thisFirst: boolean;
+  /** Which build ran first, or both at once (BENCH_BASELINE_CONCURRENT). */
+  readonly order: 'this first' | 'baseline first' | 'at once';
   readonly current: Row;
   readonly baseline: Row;
 }
@@ -140,9 +141,10 @@ export function formatComparisons(comparisons: readonly Comparison[]): string[] 
   const roundNotes: string[] = [];
   for (const { name, rounds } of comparisons) {
     for (const round of rounds) {
-      const order = round.thisFirst
-        ? [['this', round.current] as const, ['baseline', round.baseline] as const]
-        : [['baseline', round.baseline] as const, ['this', round.current] as const];
+      const order =
+        round.order !== 'baseline first'
+          ? [['this', round.current] as const, ['baseline', round.baseline] as const]
+          : [['baseline', round.baseline] as const, ['this', round.current] as const];
       for (const [build, row] of order) {
         figures.push(`| ${name} | ${round.round} | ${build} | ${measuredCells(row)} |`);
         if (row.note !== undefined) {
@@ -151,7 +153,7 @@ export function formatComparisons(comparisons: readonly Comparison[]): string[] 
       }
       const r = ratiosOf(round);
       ratios.push(
-        `| ${name} | ${round.round} (${round.thisFirst ? 'this first' : 'baseline first'}) | ` +
+        `| ${name} | ${round.round} (${round.order}) | ` +
           `${times(r.throughput)} | ${times(r.p50)} | ${times(r.p99)} | ${cpuCell(round)} |`,
       );
     }

@@ -90,6 +90,9 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * and wrk scripts) in BENCH_ROUNDS alternating rounds (3) of BENCH_ROUND_DURATION seconds (5, at
  * most BENCH_DURATION) after BENCH_WARMUP, each build in a fresh gateway process, which build goes
  * first swapped every round; the per-round and median ratios this build / baseline are printed.
+ * With BENCH_BASELINE_CONCURRENT=1 both builds' gateways of a round run at the same time instead,
+ * each under its own wrk: on a shared machine the other load then falls on both alike (Redis
+ * commands are not counted in these rounds).
  */
 
 const WALLETS_PATH = '/api/v1/wallets/';
@@ -113,6 +116,8 @@ interface Settings {
   readonly rounds: number;
   readonly roundSeconds: number;
   readonly distinctIps: number;
+  /** BENCH_BASELINE_CONCURRENT=1: both builds of a side-by-side round under load at once. */
+  readonly concurrent: boolean;
 }
 
 const GROUPS = [
@@ -776,6 +781,7 @@ async function main(): Promise<void> {
     rounds: setting('BENCH_ROUNDS', 3, 1, 20),
     roundSeconds: setting('BENCH_ROUND_DURATION', Math.min(5, durationSeconds), 1, 600),
     distinctIps: setting('BENCH_DISTINCT_IPS', 1_000_000, 1000, 8_000_000),
+    concurrent: setting('BENCH_BASELINE_CONCURRENT', 0, 0, 1) === 1,
   };
   const groups = selectedGroups();
   const baseline = baselineBuild();
@@ -1111,34 +1117,76 @@ async function main(): Promise<void> {
       prepare: (url) => spendBudget(url, wrongKey, DEFAULT_AUTH_FAILURE_LIMIT),
       options: { expected: BUDGET_SPENT },
     };
-    const runCase = async (
+    /** A case's gateway of `build`, started and prepared; the caller stops it. */
+    const startCase = async (
       gatewayCase: GatewayCase,
       build: Build,
-      measuredSeconds?: number,
-      context?: string,
-    ): Promise<Row> => {
-      const { url, gateway } = await startGateway(
+    ): Promise<{ url: string; gateway: Child }> => {
+      const started = await startGateway(
         `${gatewayCase.target} (${build.label} build)`,
         { ...gatewayCase.env, ...(gatewayCase.redis === true ? withRedis() : {}) },
         gatewayCase.redis === true ? 'shared' : 'memory',
         build,
       );
       try {
-        await gatewayCase.prepare(url);
-        return await bench.run(
-          gatewayCase.target,
-          gatewayCase.credential,
-          url,
-          gatewayCase.script,
-          {
-            ...gatewayCase.options,
-            durationSeconds: measuredSeconds,
-            context,
-            pid: gateway.process.pid,
-          },
-        );
+        await gatewayCase.prepare(started.url);
+      } catch (error) {
+        await started.gateway.stop();
+        throw error;
+      }
+      return started;
+    };
+    const measureCase = (
+      gatewayCase: GatewayCase,
+      { url, gateway }: { url: string; gateway: Child },
+      measuredSeconds?: number,
+      context?: string,
+      options: MeasureOptions = gatewayCase.options,
+    ): Promise<Row> =>
+      bench.run(gatewayCase.target, gatewayCase.credential, url, gatewayCase.script, {
+        ...options,
+        durationSeconds: measuredSeconds,
+        context,
+        pid: gateway.process.pid,
+      });
+    const runCase = async (
+      gatewayCase: GatewayCase,
+      build: Build,
+      measuredSeconds?: number,
+      context?: string,
+    ): Promise<Row> => {
+      const started = await startCase(gatewayCase, build);
+      try {
+        return await measureCase(gatewayCase, started, measuredSeconds, context);
       } finally {
-        await gateway.stop();
+        await started.gateway.stop();
+      }
+    };
+    /**
+     * Both builds' gateways of a case under load at the same time (BENCH_BASELINE_CONCURRENT):
+     * the machine's other load falls on both alike. Redis commands are not counted (one server).
+     */
+    const runConcurrently = async (
+      gatewayCase: GatewayCase,
+      other: Build,
+      round: number,
+    ): Promise<{ mine: Row; theirs: Row }> => {
+      const mine = await startCase(gatewayCase, current);
+      const theirs = await startCase(gatewayCase, other).catch(async (error: unknown) => {
+        await mine.gateway.stop();
+        throw error;
+      });
+      const { redisPort: _counted, ...options } = gatewayCase.options;
+      const context = (build: Build): string =>
+        `${build.label} build, both at once, round ${round} of ${settings.rounds}`;
+      try {
+        const [mineRow, theirsRow] = await Promise.all([
+          measureCase(gatewayCase, mine, settings.roundSeconds, context(current), options),
+          measureCase(gatewayCase, theirs, settings.roundSeconds, context(other), options),
+        ]);
+        return { mine: mineRow, theirs: theirsRow };
+      } finally {
+        await Promise.all([mine.gateway.stop(), theirs.gateway.stop()]);
       }
     };
 
@@ -1169,14 +1217,21 @@ async function main(): Promise<void> {
             );
           let mine: Row;
           let theirs: Row;
-          if (thisFirst) {
+          if (settings.concurrent) {
+            ({ mine, theirs } = await runConcurrently(gatewayCase, baseline, round));
+          } else if (thisFirst) {
             mine = await runOne(current);
             theirs = await runOne(baseline);
           } else {
             theirs = await runOne(baseline);
             mine = await runOne(current);
           }
-          rounds.push({ round, thisFirst, current: mine, baseline: theirs });
+          const order = settings.concurrent
+            ? 'at once'
+            : thisFirst
+              ? 'this first'
+              : 'baseline first';
+          rounds.push({ round, order, current: mine, baseline: theirs });
         }
         bench.comparisons.push({ name: gatewayCase.name, rounds });
       }
@@ -1272,7 +1327,9 @@ async function main(): Promise<void> {
       '### This build / baseline, side by side',
       '',
       `- this: ${DIST} (${commitOf(DIST)}); baseline: ${baseline.dist} (${commitOf(baseline.dist)}), same stub upstream, keys and wrk scripts`,
-      `- ${settings.rounds} round(s) per case; in each, each build in a fresh gateway process: ${settings.warmupSeconds}s warm-up, then ${settings.roundSeconds}s measured; which build goes first swaps every round`,
+      settings.concurrent
+        ? `- ${settings.rounds} round(s) per case; in each, both builds in fresh gateway processes under load at the same time (BENCH_BASELINE_CONCURRENT, one wrk each): ${settings.warmupSeconds}s warm-up, then ${settings.roundSeconds}s measured`
+        : `- ${settings.rounds} round(s) per case; in each, each build in a fresh gateway process: ${settings.warmupSeconds}s warm-up, then ${settings.roundSeconds}s measured; which build goes first swaps every round`,
       '',
       ...formatComparisons(bench.comparisons),
       '',
