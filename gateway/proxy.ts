@@ -1,6 +1,5 @@
-import { EventEmitter } from 'node:events';
-import type { RequestHandler } from 'express';
-import { Pool } from 'undici';
+import type { NextFunction, RequestHandler, Response } from 'express';
+import { type Dispatcher, Pool } from 'undici';
 import { identityHeaders, UpstreamError } from '../lib';
 
 /**
@@ -84,7 +83,7 @@ export function createProxy(options: ProxyOptions): Proxy {
     bodyTimeout: options.timeoutMs,
     connectTimeout: Math.min(options.timeoutMs, 10_000),
   });
-  const { onAnswer, onFailure } = options;
+  const observers: ExchangeObservers = { onAnswer: options.onAnswer, onFailure: options.onFailure };
   const stripped = new Set([...STRIPPED_REQUEST_HEADERS, options.publicKeyHeader.toLowerCase()]);
 
   const handler: RequestHandler = function proxyHandler(req, res, next) {
@@ -107,61 +106,15 @@ export function createProxy(options: ProxyOptions): Proxy {
     const body = req.rawBody;
     if (body === undefined) delete headers['content-type'];
 
-    // A client that hangs up cancels its upstream request instead of holding a pooled connection.
-    // (An EventEmitter signal: an AbortController builds a DOMException, with its stack, per abort.)
-    const cancel = new EventEmitter();
-    res.once('close', () => {
-      if (!res.writableFinished) cancel.emit('abort');
-    });
-    const started = process.hrtime.bigint();
-    pool
-      .request({
+    pool.dispatch(
+      {
         method: req.method,
         path: basePath + req.path + querySuffix(req.originalUrl),
         headers,
         body: body ?? null,
-        signal: cancel,
-      })
-      .then(
-        ({ statusCode, headers: upstreamHeaders, body: upstreamBody }) => {
-          // Listen first: destroying the body (client gone) emits 'error', which would otherwise
-          // be unhandled and end the process.
-          upstreamBody.on('error', () => res.destroy());
-          if (res.destroyed) {
-            upstreamBody.destroy();
-            return;
-          }
-          if (statusCode < 100 || statusCode > 599) {
-            upstreamBody.destroy();
-            onFailure?.('unavailable');
-            next(new UpstreamError('unavailable'));
-            return;
-          }
-          onAnswer?.(Number(process.hrtime.bigint() - started) / 1e9);
-          const responseHeaders: Record<string, string | string[]> = {};
-          const namedByUpstream = connectionTokens(upstreamHeaders.connection);
-          for (const [name, value] of Object.entries(upstreamHeaders)) {
-            if (
-              value !== undefined &&
-              !STRIPPED_RESPONSE_HEADERS.has(name) &&
-              !namedByUpstream.includes(name)
-            ) {
-              responseHeaders[name] = value;
-            }
-          }
-          res.writeHead(statusCode, responseHeaders);
-          // pipe(), not stream.pipeline(): pipeline aborts an AbortController (a DOMException with
-          // its stack) on every completion: 5% of the gateway's CPU when measured.
-          res.once('close', () => upstreamBody.destroy());
-          upstreamBody.pipe(res);
-        },
-        (error: unknown) => {
-          if (res.destroyed) return;
-          const kind = isTimeout(error) ? 'timeout' : 'unavailable';
-          onFailure?.(kind);
-          next(new UpstreamError(kind));
-        },
-      );
+      },
+      new UpstreamExchange(res, next, observers),
+    );
   };
 
   return {
@@ -170,6 +123,116 @@ export function createProxy(options: ProxyOptions): Proxy {
       void pool.close();
     },
   };
+}
+
+interface ExchangeObservers {
+  readonly onAnswer: ((seconds: number) => void) | undefined;
+  readonly onFailure: ((kind: 'unavailable' | 'timeout') => void) | undefined;
+}
+
+/**
+ * One request's exchange with the upstream, on undici's dispatch API: the answer's head is written
+ * to the client when it arrives and each body chunk as it arrives, with the client's backpressure
+ * passed back to the upstream connection. No response stream, promise or abort signal per request
+ * (undici's `request()` makes all three; BENCHMARKS.md, "The proxy on undici's dispatch API").
+ * undici documents `dispatch()` as free to change in a major version: undici is pinned, and
+ * `test/integration/proxy.test.ts` covers what this handler relies on.
+ */
+class UpstreamExchange implements Dispatcher.DispatchHandler {
+  private controller: Dispatcher.DispatchController | undefined;
+  /** `waiting` for the answer's head, `streaming` its body, `over` once answered or failed. */
+  private state: 'waiting' | 'streaming' | 'over' = 'waiting';
+  private readonly started = process.hrtime.bigint();
+
+  constructor(
+    private readonly res: Response,
+    private readonly next: NextFunction,
+    private readonly observers: ExchangeObservers,
+  ) {
+    // A client that hangs up cancels its upstream request instead of holding a pooled connection,
+    // whether it is still queued for a connection, waiting for the answer or streaming it.
+    res.once('close', this.clientClosed);
+  }
+
+  private readonly clientClosed = (): void => {
+    if (this.res.writableFinished) return;
+    this.state = 'over';
+    this.controller?.abort(new Error('the client closed its connection'));
+  };
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.state === 'over') controller.abort(new Error('the client closed its connection'));
+  }
+
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    upstreamHeaders: Record<string, string | string[] | undefined>,
+  ): void {
+    // 1xx informational answers: the final one follows.
+    if (statusCode < 200 || this.state !== 'waiting') return;
+    if (statusCode > 599) {
+      this.fail(controller, 'unavailable');
+      return;
+    }
+    this.observers.onAnswer?.(Number(process.hrtime.bigint() - this.started) / 1e9);
+    const responseHeaders: Record<string, string | string[]> = {};
+    const namedByUpstream = connectionTokens(upstreamHeaders.connection);
+    for (const [name, value] of Object.entries(upstreamHeaders)) {
+      if (
+        value !== undefined &&
+        !STRIPPED_RESPONSE_HEADERS.has(name) &&
+        !namedByUpstream.includes(name)
+      ) {
+        responseHeaders[name] = value;
+      }
+    }
+    try {
+      this.res.writeHead(statusCode, responseHeaders);
+    } catch {
+      // A header Node refuses to send (a character it forbids): no usable answer.
+      this.fail(controller, 'unavailable');
+      return;
+    }
+    this.state = 'streaming';
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.state !== 'streaming') return;
+    if (!this.res.write(chunk)) {
+      controller.pause();
+      this.res.once('drain', () => {
+        controller.resume();
+      });
+    }
+  }
+
+  onResponseEnd(): void {
+    if (this.state !== 'streaming') return;
+    this.state = 'over';
+    this.res.end();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    const { state } = this;
+    this.state = 'over';
+    if (state === 'streaming') {
+      // The head is out: the client can only be told by the connection closing.
+      this.res.destroy();
+    } else if (state === 'waiting' && !this.res.destroyed) {
+      const kind = isTimeout(error) ? 'timeout' : 'unavailable';
+      this.observers.onFailure?.(kind);
+      this.next(new UpstreamError(kind));
+    }
+  }
+
+  private fail(controller: Dispatcher.DispatchController, kind: 'unavailable'): void {
+    this.state = 'over';
+    controller.abort(new Error('the upstream answer cannot be forwarded'));
+    this.observers.onFailure?.(kind);
+    this.next(new UpstreamError(kind));
+  }
 }
 
 const TIMEOUT_CODES: ReadonlySet<string> = new Set([

@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import net from 'node:net';
 import { expectErrorBody } from '../helpers/error-body';
 import { allSecrets } from '../helpers/fixtures';
 import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
@@ -191,6 +192,98 @@ describe('proxying to the upstream', () => {
     expect(result.headers['transfer-encoding']).toBe('chunked');
     expect(Buffer.byteLength(result.text)).toBe(chunk.length * chunks);
     expect(result.text).toBe(chunk.toString('utf8').repeat(chunks));
+  });
+
+  /** A raw request with the admin's secret key: the socket, once the answer's head has arrived. */
+  async function openStream(): Promise<{ socket: net.Socket; received: () => number }> {
+    const socket = net.connect(gateway.port, '127.0.0.1');
+    let head = '';
+    let bodyBytes = 0;
+    await new Promise<void>((resolve, reject) => {
+      socket.once('error', reject);
+      socket.on('data', (chunk: Buffer) => {
+        if (!head.includes('\r\n\r\n')) {
+          head += chunk.toString('latin1');
+          const end = head.indexOf('\r\n\r\n');
+          if (end !== -1) {
+            bodyBytes += head.length - end - 4;
+            resolve();
+          }
+        } else bodyBytes += chunk.length;
+      });
+      socket.write(
+        'GET /api/v1/transactions/ HTTP/1.1\r\nHost: gateway\r\n' +
+          `Authorization: Bearer ${gateway.fixtures.keys.admin.secretKey}\r\n\r\n`,
+      );
+    });
+    expect(head).toMatch(/^HTTP\/1\.1 200 /);
+    return { socket, received: () => bodyBytes };
+  }
+
+  /** The upstream writes `total` bytes as fast as its connection takes them; says when it is done. */
+  function streamFromUpstream(total: number): { written: () => number; closed: Promise<boolean> } {
+    let written = 0;
+    let resolveClosed: (finished: boolean) => void = () => undefined;
+    const closed = new Promise<boolean>((resolve) => {
+      resolveClosed = resolve;
+    });
+    gateway.upstream.respond = (_request, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      const chunk = Buffer.alloc(64 * 1024, 'x');
+      const pump = (): void => {
+        while (written < total) {
+          written += chunk.length;
+          if (!res.write(chunk)) {
+            res.once('drain', pump);
+            return;
+          }
+        }
+        res.end();
+      };
+      res.on('close', () => {
+        resolveClosed(res.writableFinished);
+      });
+      pump();
+    };
+    return { written: () => written, closed };
+  }
+
+  it("passes a slow client's backpressure to the upstream instead of buffering the body", async () => {
+    const total = 256 * 1024 * 1024;
+    const upstream = streamFromUpstream(total);
+    const { socket, received } = await openStream();
+    socket.pause();
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    // Socket buffers on both hops hold a few megabytes at most; the rest waits at the upstream.
+    const whilePaused = upstream.written();
+    expect(whilePaused).toBeLessThan(32 * 1024 * 1024);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(upstream.written()).toBe(whilePaused);
+    socket.resume();
+    await expect(upstream.closed).resolves.toBe(true);
+    await new Promise<void>((resolve) => {
+      const check = (): void => {
+        if (received() >= total) resolve();
+        else setTimeout(check, 20);
+      };
+      check();
+    });
+    expect(received()).toBeGreaterThanOrEqual(total);
+    socket.destroy();
+  });
+
+  it('a client that hangs up while the body streams cancels the upstream request', async () => {
+    const upstream = streamFromUpstream(256 * 1024 * 1024);
+    const { socket } = await openStream();
+    socket.destroy();
+    // The upstream's answer is cut off (closed unfinished), not written out to nobody.
+    await expect(upstream.closed).resolves.toBe(false);
+    expect(upstream.written()).toBeLessThan(256 * 1024 * 1024);
+    const after = await gateway.send({
+      path: '/api/v1/transactions/',
+      headers: bearer(gateway.fixtures.keys.admin.secretKey),
+    });
+    expect(after.status).toBe(200);
   });
 });
 
