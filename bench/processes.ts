@@ -20,14 +20,18 @@ export function startChild(
   command: string,
   args: readonly string[],
   env: NodeJS.ProcessEnv,
+  options: { readonly ipc?: boolean } = {},
 ): Child {
-  const child = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(command, args, {
+    env,
+    stdio: options.ipc === true ? ['ignore', 'pipe', 'pipe', 'ipc'] : ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   const keep = (chunk: Buffer): void => {
     output = (output + chunk.toString('utf8')).slice(-KEPT_OUTPUT);
   };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
   return {
     name,
     process: child,
@@ -149,4 +153,36 @@ export function versionOf(
   const result = spawnSync(command, args, { encoding: 'utf8' });
   if (result.error !== undefined) return undefined;
   return `${result.stdout}${result.stderr}`.split('\n')[0]?.trim();
+}
+
+/** What `bench/keys/probe.js`, preloaded into a gateway, answers when asked `loop`. */
+export interface LoopDelay {
+  /** The longest event-loop delay since the last question, in ms. */
+  readonly maxMs: number;
+  readonly p99Ms: number;
+}
+
+/**
+ * Asks a child started with an IPC channel and `bench/keys/probe.js` preloaded, and waits for the
+ * answer of that kind (`memory` or `loop`).
+ */
+export function askProbe<T>(
+  child: ChildProcess,
+  name: string,
+  kind: 'memory' | 'loop',
+): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.off('message', answer);
+      reject(new Error(`${name}: no ${kind} answer`));
+    }, 60_000);
+    const answer = (message: unknown): void => {
+      if ((message as { kind?: unknown }).kind !== kind) return;
+      clearTimeout(timer);
+      child.off('message', answer);
+      resolve(message as T);
+    };
+    child.on('message', answer);
+    child.send(kind);
+  });
 }

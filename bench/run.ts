@@ -14,10 +14,12 @@ import {
   WRONG_CREDENTIAL,
 } from './expect';
 import {
+  askProbe,
   type Child,
   cpuSecondsOf,
   freePort,
   httpRequest,
+  type LoopDelay,
   memoryOf,
   startChild,
   versionOf,
@@ -267,7 +269,8 @@ class Bench {
   readonly roundRows: Row[] = [];
   /** The fixed-rate runs, and per round the latency the gateway added over the stub. */
   readonly pacedRows: Row[] = [];
-  readonly added: { p50: number; p99: number }[] = [];
+  /** With how late the gateway's event loop turned over the measured time (the probe). */
+  readonly added: { p50: number; p99: number; loop?: LoopDelay }[] = [];
   readonly rss: RssCase[] = [];
   private readonly children: Child[] = [];
 
@@ -277,13 +280,24 @@ class Bench {
   ) {}
 
   /** Starts `<dist>/<script>` with only the given environment (plus PATH and NODE_ENV=production). */
-  node(name: string, script: string, env: Record<string, string>, dist = DIST): Child {
+  node(
+    name: string,
+    script: string,
+    env: Record<string, string>,
+    dist = DIST,
+    options: { readonly probe?: boolean } = {},
+  ): Child {
+    // The probe answers, over an IPC channel, the longest event-loop delay since it was last asked.
+    const probe =
+      options.probe === true ? ['-r', path.join(DIST, 'bench', 'keys', 'probe.js')] : [];
     return this.track(
-      startChild(name, process.execPath, [...profileFlags(script), path.join(dist, script)], {
-        PATH: process.env.PATH ?? '',
-        NODE_ENV: 'production',
-        ...env,
-      }),
+      startChild(
+        name,
+        process.execPath,
+        [...profileFlags(script), ...probe, path.join(dist, script)],
+        { PATH: process.env.PATH ?? '', NODE_ENV: 'production', ...env },
+        { ipc: options.probe === true },
+      ),
     );
   }
 
@@ -869,6 +883,7 @@ async function main(): Promise<void> {
       env: Record<string, string>,
       limits: string,
       build: Build = current,
+      probe = false,
     ): Promise<{ url: string; gateway: Child }> => {
       const port = await freePort();
       const url = `http://127.0.0.1:${port}`;
@@ -877,6 +892,7 @@ async function main(): Promise<void> {
         'gateway/server.js',
         { ...gatewayEnv, ...env, PORT: String(port) },
         build.dist,
+        { probe },
       );
       await waitUntil(
         gateway,
@@ -1010,8 +1026,16 @@ async function main(): Promise<void> {
     }
 
     if (redis !== undefined && groups.has('latency')) {
-      const { url, gateway } = await startGateway(TARGETS.paced, withRedis(), 'shared');
+      const { url, gateway } = await startGateway(
+        TARGETS.paced,
+        withRedis(),
+        'shared',
+        current,
+        true,
+      );
       await sanityCheck(url, first);
+      const loopDelay = (): Promise<LoopDelay> =>
+        askProbe<LoopDelay>(gateway.process, gateway.name, 'loop');
       const paced = async (
         target: string,
         credential: string,
@@ -1050,8 +1074,17 @@ async function main(): Promise<void> {
         const context = `round ${round}`;
         const stub = (): Promise<WrkResult> =>
           paced(TARGETS.upstream, 'gateway headers', upstreamUrl, upstreamHeaders, context);
-        const gate = (): Promise<WrkResult> =>
-          paced(TARGETS.paced, 'secret key', url, secretHeaders, context);
+        let loop: LoopDelay | undefined;
+        const gate = async (): Promise<WrkResult> => {
+          // The probe's count starts again when the warm-up is over, as timed here.
+          const warmedUp = new Promise((resolve) =>
+            setTimeout(resolve, settings.warmupSeconds * 1000),
+          ).then(loopDelay);
+          const result = await paced(TARGETS.paced, 'secret key', url, secretHeaders, context);
+          await warmedUp;
+          loop = await loopDelay();
+          return result;
+        };
         let direct: WrkResult;
         let through: WrkResult;
         if (round % 2 === 1) {
@@ -1061,7 +1094,11 @@ async function main(): Promise<void> {
           through = await gate();
           direct = await stub();
         }
-        bench.added.push({ p50: through.p50Ms - direct.p50Ms, p99: through.p99Ms - direct.p99Ms });
+        bench.added.push({
+          p50: through.p50Ms - direct.p50Ms,
+          p99: through.p99Ms - direct.p99Ms,
+          ...(loop === undefined ? {} : { loop }),
+        });
       }
       await gateway.stop();
     }
@@ -1308,7 +1345,10 @@ async function main(): Promise<void> {
       ...notes(bench.pacedRows),
       ...bench.added.map(
         (added, index) =>
-          `- round ${index + 1}: the gateway added p50 ${added.p50.toFixed(2)} ms, p99 ${added.p99.toFixed(2)} ms over the stub`,
+          `- round ${index + 1}: the gateway added p50 ${added.p50.toFixed(2)} ms, p99 ${added.p99.toFixed(2)} ms over the stub` +
+          (added.loop === undefined
+            ? ''
+            : `; the gateway's own event loop turned at most ${added.loop.maxMs.toFixed(1)} ms late (p99 ${added.loop.p99Ms.toFixed(1)} ms) over the measured time`),
       ),
       '',
     );

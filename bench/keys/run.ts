@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { copyFileSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { freePort, httpRequest } from '../processes';
+import { askProbe, freePort, httpRequest, type LoopDelay } from '../processes';
 import {
   type BenchRow,
   population,
@@ -106,11 +106,6 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-interface LoopDelay {
-  readonly maxMs: number;
-  readonly p99Ms: number;
-}
-
 interface Memory {
   readonly rss: number;
   readonly heapUsed: number;
@@ -204,20 +199,7 @@ class Gateway {
   }
 
   private ask<T>(kind: 'memory' | 'loop'): Promise<T> {
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.child.off('message', answer);
-        reject(new Error(`${this.name}: no ${kind} answer`));
-      }, 60_000);
-      const answer = (message: unknown): void => {
-        if ((message as { kind?: unknown }).kind !== kind) return;
-        clearTimeout(timer);
-        this.child.off('message', answer);
-        resolve(message as T);
-      };
-      this.child.on('message', answer);
-      this.child.send(kind);
-    });
+    return askProbe<T>(this.child, this.name, kind);
   }
 
   async stop(): Promise<void> {
