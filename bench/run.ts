@@ -270,7 +270,7 @@ class Bench {
   /** The fixed-rate runs, and per round the latency the gateway added over the stub. */
   readonly pacedRows: Row[] = [];
   /** With how late the gateway's event loop turned over the measured time (the probe). */
-  readonly added: { p50: number; p99: number; loop?: LoopDelay }[] = [];
+  readonly added: { p50: number; p99: number; loop: LoopDelay }[] = [];
   readonly rss: RssCase[] = [];
   private readonly children: Child[] = [];
 
@@ -1074,19 +1074,17 @@ async function main(): Promise<void> {
         const context = `round ${round}`;
         const stub = (): Promise<WrkResult> =>
           paced(TARGETS.upstream, 'gateway headers', upstreamUrl, upstreamHeaders, context);
-        let loop: LoopDelay | undefined;
-        const gate = async (): Promise<WrkResult> => {
+        const gate = async (): Promise<{ result: WrkResult; loop: LoopDelay }> => {
           // The probe's count starts again when the warm-up is over, as timed here.
           const warmedUp = new Promise((resolve) =>
             setTimeout(resolve, settings.warmupSeconds * 1000),
           ).then(loopDelay);
           const result = await paced(TARGETS.paced, 'secret key', url, secretHeaders, context);
           await warmedUp;
-          loop = await loopDelay();
-          return result;
+          return { result, loop: await loopDelay() };
         };
         let direct: WrkResult;
-        let through: WrkResult;
+        let through: { result: WrkResult; loop: LoopDelay };
         if (round % 2 === 1) {
           direct = await stub();
           through = await gate();
@@ -1095,9 +1093,9 @@ async function main(): Promise<void> {
           direct = await stub();
         }
         bench.added.push({
-          p50: through.p50Ms - direct.p50Ms,
-          p99: through.p99Ms - direct.p99Ms,
-          ...(loop === undefined ? {} : { loop }),
+          p50: through.result.p50Ms - direct.p50Ms,
+          p99: through.result.p99Ms - direct.p99Ms,
+          loop: through.loop,
         });
       }
       await gateway.stop();
@@ -1244,7 +1242,11 @@ async function main(): Promise<void> {
       for (const gatewayCase of compared) {
         const rounds: Round[] = [];
         for (let round = 1; round <= settings.rounds; round++) {
-          const thisFirst = round % 2 === 1;
+          const order: Round['order'] = settings.concurrent
+            ? 'at once'
+            : round % 2 === 1
+              ? 'this first'
+              : 'baseline first';
           const runOne = (build: Build): Promise<Row> =>
             runCase(
               gatewayCase,
@@ -1254,20 +1256,15 @@ async function main(): Promise<void> {
             );
           let mine: Row;
           let theirs: Row;
-          if (settings.concurrent) {
+          if (order === 'at once') {
             ({ mine, theirs } = await runConcurrently(gatewayCase, baseline, round));
-          } else if (thisFirst) {
+          } else if (order === 'this first') {
             mine = await runOne(current);
             theirs = await runOne(baseline);
           } else {
             theirs = await runOne(baseline);
             mine = await runOne(current);
           }
-          const order = settings.concurrent
-            ? 'at once'
-            : thisFirst
-              ? 'this first'
-              : 'baseline first';
           rounds.push({ round, order, current: mine, baseline: theirs });
         }
         bench.comparisons.push({ name: gatewayCase.name, rounds });
@@ -1346,9 +1343,7 @@ async function main(): Promise<void> {
       ...bench.added.map(
         (added, index) =>
           `- round ${index + 1}: the gateway added p50 ${added.p50.toFixed(2)} ms, p99 ${added.p99.toFixed(2)} ms over the stub` +
-          (added.loop === undefined
-            ? ''
-            : `; the gateway's own event loop turned at most ${added.loop.maxMs.toFixed(1)} ms late (p99 ${added.loop.p99Ms.toFixed(1)} ms) over the measured time`),
+          `; the gateway's own event loop turned at most ${added.loop.maxMs.toFixed(1)} ms late (p99 ${added.loop.p99Ms.toFixed(1)} ms) over the measured time`,
       ),
       '',
     );

@@ -83,7 +83,6 @@ export function createProxy(options: ProxyOptions): Proxy {
     bodyTimeout: options.timeoutMs,
     connectTimeout: Math.min(options.timeoutMs, 10_000),
   });
-  const observers: ExchangeObservers = { onAnswer: options.onAnswer, onFailure: options.onFailure };
   const stripped = new Set([...STRIPPED_REQUEST_HEADERS, options.publicKeyHeader.toLowerCase()]);
 
   const handler: RequestHandler = function proxyHandler(req, res, next) {
@@ -113,7 +112,7 @@ export function createProxy(options: ProxyOptions): Proxy {
         headers,
         body: body ?? null,
       },
-      new UpstreamExchange(res, next, observers),
+      new UpstreamExchange(res, next, options),
     );
   };
 
@@ -125,10 +124,8 @@ export function createProxy(options: ProxyOptions): Proxy {
   };
 }
 
-interface ExchangeObservers {
-  readonly onAnswer: ((seconds: number) => void) | undefined;
-  readonly onFailure: ((kind: 'unavailable' | 'timeout') => void) | undefined;
-}
+/** What an exchange tells the metrics. */
+type ExchangeObservers = Pick<ProxyOptions, 'onAnswer' | 'onFailure'>;
 
 /**
  * One request's exchange with the upstream, on undici's dispatch API: the answer's head is written
@@ -157,12 +154,12 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   private readonly clientClosed = (): void => {
     if (this.res.writableFinished) return;
     this.state = 'over';
-    this.controller?.abort(new Error('the client closed its connection'));
+    this.controller?.abort(clientGone());
   };
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
-    if (this.state === 'over') controller.abort(new Error('the client closed its connection'));
+    if (this.state === 'over') controller.abort(clientGone());
   }
 
   onResponseStart(
@@ -233,6 +230,11 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     this.observers.onFailure?.(kind);
     this.next(new UpstreamError(kind));
   }
+}
+
+/** The reason an exchange is aborted with when its client hung up (made only then). */
+function clientGone(): Error {
+  return new Error('the client closed its connection');
 }
 
 const TIMEOUT_CODES: ReadonlySet<string> = new Set([
