@@ -1,8 +1,12 @@
+import http from 'node:http';
 import express from 'express';
+import { expressServerOptions } from '../lib';
 
 /**
- * The floor: Express 5 alone answering the wallets JSON itself, no middlewares, no proxy. No
- * gateway built on Express can be faster than this on the same machine.
+ * The floor: Express 5 alone answering the wallets JSON itself, no middlewares, no proxy, served
+ * as `app.listen()` serves it. No gateway built on Express and served the same way can be faster
+ * than this on the same machine. With FLOOR_BORN=1 the server is built with
+ * `expressServerOptions(app)`, as the gateway's is: the floor for a gateway served that way.
  */
 
 const WALLETS = [
@@ -23,8 +27,12 @@ app.get('/api/v1/wallets/', (req, res) => {
 });
 
 const port = Number(process.env.PORT ?? 8091);
-const server = app.listen(port, '127.0.0.1', () => {
-  console.log(`express floor listening on http://127.0.0.1:${port}`);
+const born = process.env.FLOOR_BORN === '1';
+const server = http.createServer(born ? expressServerOptions(app) : {}, app);
+server.listen(port, '127.0.0.1', () => {
+  console.log(
+    `express floor${born ? ' (expressServerOptions)' : ''} listening on http://127.0.0.1:${port}`,
+  );
 });
 server.keepAliveTimeout = 65_000;
 process.once('SIGTERM', () => {

@@ -46,6 +46,7 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * `npm run bench`: GET /api/v1/wallets/ measured with wrk, in one run, against
  *   (a) the stub upstream hit directly,
  *   (d) Express 5 alone answering the same JSON (the floor for anything built on Express),
+ *   (d') the same Express app served with `expressServerOptions(app)`, as the gateway is,
  *   (b) the gateway in front of the stub with in-memory limits, with a secret key and a token,
  *   (c) the same with Redis-backed limits (a redis-server started for the run),
  *   (e) the gateway refusing wrong secret keys while the IP's failure budget lasts: plausible keys
@@ -68,7 +69,7 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  *   (h) the naive composition of issue 9 with Redis limits (bench/naive-composition.ts),
  *   (i) the gateway's forward-auth endpoint (GET /authz/auth-request as nginx sends it) with
  *       Redis limits, TOLLGATE_TRUST_PROXY=127.0.0.1,
- * then the issue's target ratios from side-by-side rounds of (d), (h), (c) and (i) (medians of
+ * then the issue's target ratios from side-by-side rounds of (d), (d'), (h), (c) and (i) (medians of
  * per-round ratios), Redis commands per allowed request (INFO commandstats of the bench's own
  * redis-server), the latency the gateway adds over the stub at a fixed 1,000 requests a second
  * (an open-loop stream, each request timed from when it was due: bench/paced.ts), and (j) the
@@ -542,6 +543,7 @@ function ratioLines(rows: readonly Row[]): string[] {
 const TARGETS = {
   upstream: '(a) stub upstream, direct',
   floor: '(d) Express 5 alone (floor)',
+  bornFloor: "(d') Express 5 alone, expressServerOptions",
   proxy: '(g) Express 5 + http-proxy-middleware, no auth',
   naive: '(h) naive composition, Redis limits',
   forwardAuth: '(i) gateway forward-auth (auth-request), Redis limits',
@@ -555,9 +557,10 @@ const TARGETS = {
 const WRONG_KEY = 'unknown secret key';
 
 /** The cases run side by side in rounds for the target ratios. */
-type RoundCase = 'floor' | 'naive' | 'redis-secret' | 'redis-token' | 'forward-auth';
+type RoundCase = 'floor' | 'born-floor' | 'naive' | 'redis-secret' | 'redis-token' | 'forward-auth';
 const ROUND_LABELS: Readonly<Record<RoundCase, string>> = {
   floor: TARGETS.floor,
+  'born-floor': TARGETS.bornFloor,
   naive: TARGETS.naive,
   'redis-secret': `${TARGETS.redis}, secret key`,
   'redis-token': `${TARGETS.redis}, token`,
@@ -706,16 +709,19 @@ function scriptInner(byName: ReadonlyMap<string, number>, scripts: number): numb
 }
 const SCRIPT_INNER_CALLS = 3;
 
+/** Requests a second of case `a` over case `b`, per side-by-side round that ran both. */
+function roundRatios(bench: Bench, a: RoundCase, b: RoundCase): number[] | undefined {
+  const values = bench.rounds.flatMap((round) => {
+    const x = round.get(a);
+    const y = round.get(b);
+    return x === undefined || y === undefined ? [] : [x.requestsPerSecond / y.requestsPerSecond];
+  });
+  return values.length > 0 ? values : undefined;
+}
+
 /** The issue's targets from what this run measured. */
 function targetsOf(bench: Bench): Target[] {
-  const ratios = (a: RoundCase, b: RoundCase): number[] | undefined => {
-    const values = bench.rounds.flatMap((round) => {
-      const x = round.get(a);
-      const y = round.get(b);
-      return x === undefined || y === undefined ? [] : [x.requestsPerSecond / y.requestsPerSecond];
-    });
-    return values.length > 0 ? values : undefined;
-  };
+  const ratios = (a: RoundCase, b: RoundCase): number[] | undefined => roundRatios(bench, a, b);
   const commands = bench.rows.filter(
     (row) => row.redisCommands !== undefined && row.target !== TARGETS.naive,
   );
@@ -774,6 +780,23 @@ function targetsOf(bench: Bench): Target[] {
           },
         ]),
   ];
+}
+
+/** The ratios against the floor served with `expressServerOptions(app)` (no target). */
+function servedAlikeRatios(bench: Bench): string[] {
+  const pairs: readonly (readonly [RoundCase, RoundCase])[] = [
+    ['born-floor', 'floor'],
+    ['redis-secret', 'born-floor'],
+    ['forward-auth', 'born-floor'],
+  ];
+  return pairs.flatMap(([of, over]) => {
+    const values = roundRatios(bench, of, over);
+    if (values === undefined) return [];
+    const rounds = values.map((ratio) => ratio.toFixed(2)).join(', ');
+    return [
+      `- ${ROUND_LABELS[of]} / ${ROUND_LABELS[over]}: ${median(values).toFixed(2)} (rounds: ${rounds})`,
+    ];
+  });
 }
 
 async function main(): Promise<void> {
@@ -923,6 +946,11 @@ async function main(): Promise<void> {
       const floor = await startBenchServer('express floor', 'bench/express-floor.js', {});
       await bench.measure(TARGETS.floor, 'gateway headers', floor.url, scripts.upstream);
       roundUrls.set('floor', floor.url);
+      const bornFloor = await startBenchServer('express floor, born', 'bench/express-floor.js', {
+        FLOOR_BORN: '1',
+      });
+      await bench.measure(TARGETS.bornFloor, 'gateway headers', bornFloor.url, scripts.upstream);
+      roundUrls.set('born-floor', bornFloor.url);
       const proxy = await startBenchServer('express + proxy', 'bench/express-proxy.js', {
         UPSTREAM_URL: upstreamUrl,
       });
@@ -995,6 +1023,7 @@ async function main(): Promise<void> {
     if (roundUrls.size > 1) {
       const scriptOf: Readonly<Record<RoundCase, string>> = {
         floor: scripts.upstream,
+        'born-floor': scripts.upstream,
         naive: scripts.secret,
         'redis-secret': scripts.secret,
         'redis-token': scripts.token,
@@ -1357,6 +1386,17 @@ async function main(): Promise<void> {
     );
   }
   out.push('### Targets of the issue', '', formatTargets(targetsOf(bench)), '');
+  const served = servedAlikeRatios(bench);
+  if (served.length > 0) {
+    out.push(
+      '### Against Express served as the gateway is (no target)',
+      '',
+      `The targets compare with Express served by \`app.listen()\`; the gateway's server is built with \`expressServerOptions(app)\`. The same ratios against ${TARGETS.bornFloor}, from the same rounds:`,
+      '',
+      ...served,
+      '',
+    );
+  }
   if (baseline !== undefined) {
     out.push(
       '### This build / baseline, side by side',

@@ -18,6 +18,7 @@ import express, { type Express } from 'express';
 import {
   clientErrorHandler,
   createLimiterRedis,
+  expressServerOptions,
   FileKeyStore,
   generateKey,
   KeyRing,
@@ -218,7 +219,10 @@ async function main(): Promise<void> {
   const { app, shutdown } = createExampleApp({ keyStore, tokens, redis, logger: consoleLogger });
   // `requireHostHeader: false` lets `refuseMalformedRequests()` answer a request without `Host`
   // with the JSON body; `clientErrorHandler()` does the same for what Node's parser refuses.
-  const server = http.createServer({ requireHostHeader: false }, app);
+  // `expressServerOptions(app)` has Node build each request and response with the app's Express
+  // prototypes, so Express's swap of them on every request is a no-op (README, "Mounting the
+  // middlewares in an existing app").
+  const server = http.createServer({ requireHostHeader: false, ...expressServerOptions(app) }, app);
   server.on('clientError', clientErrorHandler());
   server.listen(port, host, () => {
     const address = server.address() as AddressInfo;

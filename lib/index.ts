@@ -221,6 +221,11 @@ export {
 } from './express/token-exchange';
 export { requireWhitelistedIp, requireRole, type IpWhitelistOptions } from './express/access';
 export { requestId, clientIp } from './express/request-context';
+export {
+  expressServerOptions,
+  type ExpressPrototypes,
+  type ExpressServerOptions,
+} from './express/server-options';
 export { refuseMalformedRequests, headersTruncated } from './express/request-shape';
 export {
   jsonBody,

@@ -1,3 +1,5 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { Express, RequestHandler } from 'express';
 import express5 from 'express';
 import request from 'supertest';
@@ -9,6 +11,7 @@ import {
   createLimiterRedis,
   createRateLimiter,
   errorHandler,
+  expressServerOptions,
   generateKey,
   issueToken,
   jsonBody,
@@ -33,6 +36,10 @@ import { freePort } from '../helpers/redis';
  * built with `tollgate()` and on one built from the single middlewares, answers its contract
  * status and JSON body, and the app still answers the next request. The suite listens for
  * `unhandledRejection` and `uncaughtException`, and neither may fire.
+ *
+ * Each app is served twice: by a plain `http.createServer(app)`, as `app.listen()` does, and by a
+ * server built with `expressServerOptions(app)`, whose requests and responses are born with the
+ * app's Express prototypes; the same answers are expected from both.
  */
 
 // An npm alias of express@4 (package.json devDependencies), next to Express 5.
@@ -145,6 +152,44 @@ const withSingleMiddlewares: Builder = (express, fixtures, tokens, redis) => {
   };
 };
 
+const SERVINGS = [
+  { label: 'a plain server', born: false, options: (): http.ServerOptions => ({}) },
+  {
+    label: 'expressServerOptions(app)',
+    born: true,
+    options: (app: Express): http.ServerOptions => expressServerOptions(app),
+  },
+] as const;
+
+interface Served {
+  readonly server: http.Server;
+  /** Of every request, whether Node built it with the app's prototypes before Express saw it. */
+  readonly born: boolean[];
+}
+
+/** Listens on loopback with the serving's options, noting how each request was built. */
+async function serve(app: Express, options: http.ServerOptions): Promise<Served> {
+  const born: boolean[] = [];
+  const server = http.createServer(options, app);
+  server.prependListener('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    born.push(
+      Object.getPrototypeOf(req) === app.request && Object.getPrototypeOf(res) === app.response,
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  expect((server.address() as AddressInfo).port).toBeGreaterThan(0);
+  return { server, born };
+}
+
+async function closeServer(server: http.Server): Promise<void> {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => {
+    server.close(() => {
+      resolve();
+    });
+  });
+}
+
 const STYLES = [
   { label: 'tollgate().protect()', build: withTollgate },
   { label: 'the single middlewares', build: withSingleMiddlewares },
@@ -181,15 +226,20 @@ afterAll(() => {
 });
 
 for (const major of MAJORS) {
-  for (const style of STYLES) {
-    describe(`${major.label}, ${style.label}`, () => {
+  for (const [style, serving] of STYLES.flatMap((s) => SERVINGS.map((v) => [s, v] as const))) {
+    describe(`${major.label}, ${style.label}, ${serving.label}`, () => {
       const fixtures = createFixtures();
       const tokens = new TokenService({ secret: TOKEN_SECRET });
       let built: Built;
-      beforeAll(() => {
+      let served: Served;
+      let server: http.Server;
+      beforeAll(async () => {
         built = style.build(major.express, fixtures, tokens);
+        served = await serve(built.app, serving.options(built.app));
+        server = served.server;
       });
-      afterAll(() => {
+      afterAll(async () => {
+        await closeServer(server);
         built.close();
       });
 
@@ -199,7 +249,7 @@ for (const major of MAJORS) {
 
       /** The app still serves a right key after the case. */
       const stillServes = async (): Promise<void> => {
-        const next = await request(built.app).get('/orders').set(secret(fixtures.keys.level2));
+        const next = await request(server).get('/orders').set(secret(fixtures.keys.level2));
         expect({ status: next.status, body: next.body as unknown }).toEqual({
           status: 200,
           body: { account: 'acct_open' },
@@ -210,7 +260,7 @@ for (const major of MAJORS) {
         [
           'a wrong key',
           () =>
-            request(built.app)
+            request(server)
               .get('/orders')
               .set('Authorization', `Bearer ${generateKey('secret', 'test')}`),
           401,
@@ -225,7 +275,7 @@ for (const major of MAJORS) {
               accountId: 'acct_open',
               role: 'administrator',
             });
-            return request(built.app).get('/orders').set('Authorization', `Bearer ${token}`);
+            return request(server).get('/orders').set('Authorization', `Bearer ${token}`);
           },
           401,
           'invalid_token',
@@ -233,7 +283,7 @@ for (const major of MAJORS) {
         [
           'a wrong key pair',
           () =>
-            request(built.app)
+            request(server)
               .post('/token')
               .send({
                 api_key: fixtures.keys.level2.publishableKey,
@@ -242,16 +292,11 @@ for (const major of MAJORS) {
           401,
           'invalid_credentials',
         ],
-        [
-          'a missing credential',
-          () => request(built.app).get('/orders'),
-          401,
-          'missing_credentials',
-        ],
+        ['a missing credential', () => request(server).get('/orders'), 401, 'missing_credentials'],
         [
           'malformed JSON',
           () =>
-            request(built.app)
+            request(server)
               .post('/token')
               .set('Content-Type', 'application/json')
               .send('{"api_key": '),
@@ -260,7 +305,7 @@ for (const major of MAJORS) {
         ],
         [
           'an address outside the whitelist',
-          () => request(built.app).get('/orders').set(secret(fixtures.keys.walled)),
+          () => request(server).get('/orders').set(secret(fixtures.keys.walled)),
           403,
           'ip_not_whitelisted',
         ],
@@ -273,7 +318,7 @@ for (const major of MAJORS) {
               now: () => Date.now() - 3_600_000,
             });
             const { token } = past.issue({ id: 'key_l2', accountId: 'acct_open', role: 'level-2' });
-            return request(built.app).get('/orders').set('Authorization', `Bearer ${token}`);
+            return request(server).get('/orders').set('Authorization', `Bearer ${token}`);
           },
           401,
           'expired_token',
@@ -281,23 +326,23 @@ for (const major of MAJORS) {
         [
           'a publishable key where a secret key or token is needed',
           () =>
-            request(built.app)
+            request(server)
               .get('/orders')
               .set('X-Service-Public-API-Key', fixtures.keys.level2.publishableKey),
           401,
           'credential_not_allowed',
         ],
-        ['an unknown path', () => request(built.app).get('/nowhere'), 404, 'not_found'],
+        ['an unknown path', () => request(server).get('/nowhere'), 404, 'not_found'],
         [
           'a method the route lacks',
-          () => request(built.app).delete('/orders'),
+          () => request(server).delete('/orders'),
           405,
           'method_not_allowed',
         ],
         [
           'a body over the limit',
           () =>
-            request(built.app)
+            request(server)
               .post('/token')
               .set('Content-Type', 'application/json')
               .send(JSON.stringify({ api_key: 'x'.repeat(70_000), api_secret: 'y' })),
@@ -306,20 +351,19 @@ for (const major of MAJORS) {
         ],
         [
           'a body that is not JSON',
-          () =>
-            request(built.app).post('/token').set('Content-Type', 'text/plain').send('api_key=x'),
+          () => request(server).post('/token').set('Content-Type', 'text/plain').send('api_key=x'),
           415,
           'unsupported_media_type',
         ],
         [
           'a key store that throws',
-          () => request(built.app).get('/broken').set(secret(fixtures.keys.level2)),
+          () => request(server).get('/broken').set(secret(fixtures.keys.level2)),
           500,
           'internal_error',
         ],
         [
           'a role below the route',
-          () => request(built.app).get('/orders').set(secret(fixtures.keys.level1)),
+          () => request(server).get('/orders').set(secret(fixtures.keys.level1)),
           403,
           'insufficient_role',
         ],
@@ -336,34 +380,39 @@ for (const major of MAJORS) {
       it('over the limit: 429 rate_limited with Retry-After, then the app serves the next request', async () => {
         for (let i = 0; i < 2; i++) {
           expect(
-            (await request(built.app).get('/limited').set(secret(fixtures.keys.admin))).status,
+            (await request(server).get('/limited').set(secret(fixtures.keys.admin))).status,
           ).toBe(200);
         }
-        const over = await request(built.app).get('/limited').set(secret(fixtures.keys.admin));
+        const over = await request(server).get('/limited').set(secret(fixtures.keys.admin));
         expectContractError(over, 429, 'rate_limited');
         expect(Number(over.headers['retry-after'])).toBeGreaterThanOrEqual(1);
         await stillServes();
       });
 
+      it(`requests reach the app ${serving.born ? 'born with' : 'without'} its prototypes`, async () => {
+        const before = served.born.length;
+        await stillServes();
+        expect(served.born.slice(before)).toEqual([serving.born]);
+      });
+
       it('a key pair exchanged for a token that the protected route accepts', async () => {
-        const exchanged = await request(built.app).post('/token').send({
+        const exchanged = await request(server).post('/token').send({
           api_key: fixtures.keys.level2.publishableKey,
           api_secret: fixtures.keys.level2.secretKey,
         });
         expect(exchanged.status).toBe(200);
         const token = (exchanged.body as { token: string }).token;
-        const served = await request(built.app)
-          .get('/orders')
-          .set('Authorization', `Bearer ${token}`);
+        const served = await request(server).get('/orders').set('Authorization', `Bearer ${token}`);
         expect(served.status).toBe(200);
       });
     });
 
-    describe(`${major.label}, ${style.label}, Redis down`, () => {
+    describe(`${major.label}, ${style.label}, ${serving.label}, Redis down`, () => {
       const fixtures = createFixtures();
       const tokens = new TokenService({ secret: TOKEN_SECRET });
       let redis: LimiterRedisConnection;
       let built: Built;
+      let server: http.Server;
       beforeAll(async () => {
         // Nothing listens on this port: every command fails, and the limits count in memory.
         redis = createLimiterRedis({
@@ -371,8 +420,10 @@ for (const major of MAJORS) {
           connectTimeoutMs: 200,
         });
         built = style.build(major.express, fixtures, tokens, redis);
+        server = (await serve(built.app, serving.options(built.app))).server;
       });
       afterAll(async () => {
+        await closeServer(server);
         built.close();
         await redis.close();
         // ioredis leaves its connect timer (200 ms) running after a disconnect while connecting.
@@ -381,19 +432,19 @@ for (const major of MAJORS) {
 
       it('serves right keys, refuses wrong ones with their contract answers, and stays up', async () => {
         for (let i = 0; i < 3; i++) {
-          const served = await request(built.app)
+          const served = await request(server)
             .get('/orders')
             .set('Authorization', `Bearer ${fixtures.keys.level2.secretKey}`);
           expect(served.status).toBe(200);
         }
         expectContractError(
-          await request(built.app)
+          await request(server)
             .get('/orders')
             .set('Authorization', `Bearer ${generateKey('secret', 'test')}`),
           401,
           'invalid_api_key',
         );
-        const afterwards = await request(built.app)
+        const afterwards = await request(server)
           .get('/orders')
           .set('Authorization', `Bearer ${fixtures.keys.level2.secretKey}`);
         expect(afterwards.status).toBe(200);

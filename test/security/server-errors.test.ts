@@ -1,3 +1,4 @@
+import type http from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -128,6 +129,34 @@ describe('requests refused by the HTTP parser, on the server startGateway runs',
       expect(health.status).toBe(200);
     },
   );
+
+  it('hands the app requests and responses born with its Express prototypes', async () => {
+    const born: boolean[] = [];
+    const note = (req: http.IncomingMessage, res: http.ServerResponse): void => {
+      const { app } = gateway;
+      born.push(
+        Object.getPrototypeOf(req) === app.request && Object.getPrototypeOf(res) === app.response,
+      );
+    };
+    gateway.server.prependListener('request', note);
+    try {
+      const port = Number(new URL(gateway.url).port);
+      const wallets = await sendRaw({
+        port,
+        bytes: rawRequest({
+          target: '/api/v1/wallets/',
+          headers: [['Authorization', `Bearer ${secret}`]],
+        }),
+      });
+      expect(wallets.status).toBe(200);
+      expect(upstream.requests.at(-1)?.url).toBe('/api/v1/wallets/');
+      const health = await sendRaw({ port, bytes: rawRequest({ target: '/healthz' }) });
+      expect(health.status).toBe(200);
+    } finally {
+      gateway.server.off('request', note);
+    }
+    expect(born).toEqual([true, true]);
+  });
 
   it('logs nothing of the refused requests', () => {
     expect(findLeaks(logs.lines.join('\n'), allSecrets(fixtures))).toEqual([]);
