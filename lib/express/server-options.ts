@@ -21,7 +21,7 @@ export type ExpressServerOptions = Pick<http.ServerOptions, 'IncomingMessage' | 
  * app.request)` (and the response to `app.response`); changing the prototype of an object that
  * already exists makes V8 drop what it had optimised about it, in Express and in Node's own HTTP
  * code, for the whole request. An object born with that prototype makes the call a no-op: in
- * `npm run bench` Express 5 answering alone served about twice the requests a second, and the
+ * `npm run bench` Express 5 answering alone served 2.69x the requests a second, and the
  * sample gateway's CPU per answer halved (BENCHMARKS.md, "Requests born with Express's
  * prototypes"). The technique is the one proposed in expressjs/express#5998.
  *
