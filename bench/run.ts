@@ -95,7 +95,9 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * first swapped every round; the per-round and median ratios this build / baseline are printed.
  * With BENCH_BASELINE_CONCURRENT=1 both builds' gateways of a round run at the same time instead,
  * each under its own wrk: on a shared machine the other load then falls on both alike (Redis
- * commands are not counted in these rounds).
+ * commands are not counted in these rounds). BENCH_BASELINE_NODE_FLAGS gives the baseline's
+ * gateways Node flags of their own (else BENCH_NODE_FLAGS): with BENCH_BASELINE_DIST=dist, the
+ * same build with and without a flag.
  */
 
 const WALLETS_PATH = '/api/v1/wallets/';
@@ -149,6 +151,18 @@ function selectedGroups(): ReadonlySet<Group> {
 interface Build {
   readonly label: string;
   readonly dist: string;
+  /** Node flags of this build's gateways (BENCH_NODE_FLAGS, or BENCH_BASELINE_NODE_FLAGS). */
+  readonly nodeFlags: readonly string[];
+}
+
+/** How a build's gateways were started, for the report. */
+function flagsNote(build: Build): string {
+  return build.nodeFlags.length > 0 ? `, gateways with \`${build.nodeFlags.join(' ')}\`` : '';
+}
+
+/** Node flags from a space-separated setting. */
+function flagsFrom(raw: string | undefined): string[] {
+  return (raw ?? '').split(' ').filter((flag) => flag !== '');
 }
 
 /** `<commit>[-dirty]` of the checkout a `dist` directory sits in, when it is a git checkout. */
@@ -166,8 +180,12 @@ function baselineBuild(): Build | undefined {
   if (!existsSync(path.join(dist, 'gateway', 'server.js'))) {
     throw new Error(`BENCH_BASELINE_DIST: no gateway/server.js in ${dist} (build it first)`);
   }
-  if (dist === DIST) log('BENCH_BASELINE_DIST is this build: the ratios compare it with itself');
-  return { label: 'baseline', dist };
+  const ownFlags = process.env.BENCH_BASELINE_NODE_FLAGS;
+  const nodeFlags = flagsFrom(ownFlags ?? process.env.BENCH_NODE_FLAGS);
+  if (dist === DIST && ownFlags === undefined) {
+    log('BENCH_BASELINE_DIST is this build: the ratios compare it with itself');
+  }
+  return { label: 'baseline', dist, nodeFlags };
 }
 
 interface BenchAccount {
@@ -224,19 +242,14 @@ function log(message: string): void {
 }
 
 /**
- * The Node flags of a bench process: BENCH_NODE_FLAGS for the gateways; and with
- * BENCH_CPU_PROFILE=<dir>, every server (gateways and the stub) writes a V8 CPU profile there when
- * it stops (250 µs sampling); `node dist/bench/profile-groups.js <dir>/*.cpuprofile` groups it by
- * library.
+ * With BENCH_CPU_PROFILE=<dir>, every server (gateways and the stub) writes a V8 CPU profile there
+ * when it stops (250 µs sampling); `node dist/bench/profile-groups.js <dir>/*.cpuprofile` groups
+ * it by library. (The gateways' own Node flags come with their build.)
  */
 function profileFlags(script: string): string[] {
   const dir = process.env.BENCH_CPU_PROFILE;
-  const gatewayFlags =
-    script === 'gateway/server.js'
-      ? (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter((flag) => flag !== '')
-      : [];
-  if (dir === undefined || dir === '' || !script.endsWith('server.js')) return gatewayFlags;
-  return [...gatewayFlags, '--cpu-prof', `--cpu-prof-dir=${dir}`, '--cpu-prof-interval=250'];
+  if (dir === undefined || dir === '' || !script.endsWith('server.js')) return [];
+  return ['--cpu-prof', `--cpu-prof-dir=${dir}`, '--cpu-prof-interval=250'];
 }
 
 /** How a measured case is run. */
@@ -286,7 +299,7 @@ class Bench {
     script: string,
     env: Record<string, string>,
     dist = DIST,
-    options: { readonly probe?: boolean } = {},
+    options: { readonly probe?: boolean; readonly nodeFlags?: readonly string[] } = {},
   ): Child {
     // The probe answers, over an IPC channel, the longest event-loop delay since it was last asked.
     const probe =
@@ -295,7 +308,7 @@ class Bench {
       startChild(
         name,
         process.execPath,
-        [...profileFlags(script), ...probe, path.join(dist, script)],
+        [...(options.nodeFlags ?? []), ...profileFlags(script), ...probe, path.join(dist, script)],
         { PATH: process.env.PATH ?? '', NODE_ENV: 'production', ...env },
         { ipc: options.probe === true },
       ),
@@ -822,7 +835,11 @@ async function main(): Promise<void> {
   };
   const groups = selectedGroups();
   const baseline = baselineBuild();
-  const current: Build = { label: 'this', dist: DIST };
+  const current: Build = {
+    label: 'this',
+    dist: DIST,
+    nodeFlags: flagsFrom(process.env.BENCH_NODE_FLAGS),
+  };
   const loadBefore = os.loadavg();
   if ((loadBefore[0] ?? 0) > 3) {
     log(`load average is ${loadBefore[0]?.toFixed(2)}: the machine is busy, figures will be low`);
@@ -915,7 +932,7 @@ async function main(): Promise<void> {
         'gateway/server.js',
         { ...gatewayEnv, ...env, PORT: String(port) },
         build.dist,
-        { probe },
+        { probe, nodeFlags: build.nodeFlags },
       );
       await waitUntil(
         gateway,
@@ -1401,7 +1418,7 @@ async function main(): Promise<void> {
     out.push(
       '### This build / baseline, side by side',
       '',
-      `- this: ${DIST} (${commitOf(DIST)}); baseline: ${baseline.dist} (${commitOf(baseline.dist)}), same stub upstream, keys and wrk scripts`,
+      `- this: ${DIST} (${commitOf(DIST)})${flagsNote(current)}; baseline: ${baseline.dist} (${commitOf(baseline.dist)})${flagsNote(baseline)}, same stub upstream, keys and wrk scripts`,
       settings.concurrent
         ? `- ${settings.rounds} round(s) per case; in each, both builds in fresh gateway processes under load at the same time (BENCH_BASELINE_CONCURRENT, one wrk each): ${settings.warmupSeconds}s warm-up, then ${settings.roundSeconds}s measured`
         : `- ${settings.rounds} round(s) per case; in each, each build in a fresh gateway process: ${settings.warmupSeconds}s warm-up, then ${settings.roundSeconds}s measured; which build goes first swaps every round`,
