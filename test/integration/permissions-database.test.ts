@@ -113,9 +113,15 @@ describeWithPostgres('restricted keys on the database key store', () => {
       { id: 'key_full', permissions: null },
       { id: 'key_partner', permissions: ['payouts:write'] },
     ]);
-    const audit = first.process
-      .entries()
-      .filter((entry) => entry.event === 'admin.audit' && entry.target === 'key_partner');
+    const isPartnerAudit = (entry: Record<string, unknown>): boolean =>
+      entry.event === 'admin.audit' && entry.target === 'key_partner';
+    // The gateway's log lines reach the pipe after its answers: wait for both PATCHes' lines.
+    await first.process.waitForEntry(isPartnerAudit);
+    await first.process.waitForEntry(
+      isPartnerAudit,
+      first.process.entries().findIndex(isPartnerAudit) + 1,
+    );
+    const audit = first.process.entries().filter(isPartnerAudit);
     expect(audit.map((entry) => entry.action)).toEqual(['keys.update', 'keys.update']);
   });
 
