@@ -82,7 +82,7 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * BENCH_CONNECTIONS (32), BENCH_THREADS (1), BENCH_ACCOUNTS (1000; also the number of wrong keys
  * rotated), BENCH_REDIS_URL (use this Redis instead of starting one; a unique key prefix keeps the
  * run apart from other users, and no Redis commands are counted), BENCH_NODE_FLAGS (Node flags
- * for the gateways, none), BENCH_DISTINCT_IPS (1000000), BENCH_ONLY (a comma-separated list of `direct` (a, d, g),
+ * for the gateways, none), BENCH_DISTINCT_IPS (1000000), BENCH_ONLY (a comma-separated list of `direct` (a, d, d', g),
  * `memory` (b), `redis` (c), `naive` (h), `forward-auth` (i), `latency`, `wrong-credential` (e,
  * f), `rss` (j); all by default).
  *

@@ -1,5 +1,4 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Express, RequestHandler } from 'express';
 import express5 from 'express';
 import request from 'supertest';
@@ -27,6 +26,7 @@ import {
   tollgate,
 } from '../../lib';
 import { createFixtures, type Fixtures, TOKEN_SECRET } from '../helpers/fixtures';
+import { recordBirths } from '../helpers/births';
 import { freePort } from '../helpers/redis';
 
 /**
@@ -169,15 +169,9 @@ interface Served {
 
 /** Listens on loopback with the serving's options, noting how each request was built. */
 async function serve(app: Express, options: http.ServerOptions): Promise<Served> {
-  const born: boolean[] = [];
   const server = http.createServer(options, app);
-  server.prependListener('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
-    born.push(
-      Object.getPrototypeOf(req) === app.request && Object.getPrototypeOf(res) === app.response,
-    );
-  });
+  const { born } = recordBirths(server, app);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  expect((server.address() as AddressInfo).port).toBeGreaterThan(0);
   return { server, born };
 }
 

@@ -1,9 +1,9 @@
-import type http from 'node:http';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../../gateway/config';
 import { type RunningGateway, startGateway } from '../../gateway/start';
+import { recordBirths } from '../helpers/births';
 import { allSecrets, createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 import { captureLogs, findLeaks } from '../helpers/logs';
 import { startRecordingUpstream, type RecordingUpstream } from '../helpers/upstream';
@@ -131,14 +131,7 @@ describe('requests refused by the HTTP parser, on the server startGateway runs',
   );
 
   it('hands the app requests and responses born with its Express prototypes', async () => {
-    const born: boolean[] = [];
-    const note = (req: http.IncomingMessage, res: http.ServerResponse): void => {
-      const { app } = gateway;
-      born.push(
-        Object.getPrototypeOf(req) === app.request && Object.getPrototypeOf(res) === app.response,
-      );
-    };
-    gateway.server.prependListener('request', note);
+    const births = recordBirths(gateway.server, gateway.app);
     try {
       const port = Number(new URL(gateway.url).port);
       const wallets = await sendRaw({
@@ -153,9 +146,9 @@ describe('requests refused by the HTTP parser, on the server startGateway runs',
       const health = await sendRaw({ port, bytes: rawRequest({ target: '/healthz' }) });
       expect(health.status).toBe(200);
     } finally {
-      gateway.server.off('request', note);
+      births.stop();
     }
-    expect(born).toEqual([true, true]);
+    expect(births.born).toEqual([true, true]);
   });
 
   it('logs nothing of the refused requests', () => {
