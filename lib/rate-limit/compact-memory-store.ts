@@ -1,12 +1,14 @@
 import type { ClientRateLimitInfo, IncrementResponse, Options, Store } from 'express-rate-limit';
+import { Ipv4Table, MAX_VALUE, capacityFor } from './ipv4-table';
 
 /**
  * express-rate-limit's `MemoryStore`, with the same answers in a fraction of its memory: a key
- * costs one entry of a `Map` from key to number, with no object, `Date` or timer of its own.
+ * costs one number in a table (IPv4 clients) or one entry of a `Map` from key to number (other
+ * keys), with no object, `Date` or timer of its own.
  *
  * What it keeps, and why it is small (measured in BENCHMARKS.md, case (j)):
  *
- * - Two generations of `Map<key, number>`, `current` and `previous`, swapped once per window as
+ * - Two generations of key to number, `current` and `previous`, swapped once per window as
  *   MemoryStore swaps its two maps: a key touched moves to `current`; `previous` is dropped whole
  *   when the next window begins, by then holding only keys whose windows are over. The swaps are a
  *   function of the clock (at `init()` time plus whole windows), done by whichever call comes
@@ -20,6 +22,12 @@ import type { ClientRateLimitInfo, IncrementResponse, Options, Store } from 'exp
  *   is kept as its 32-bit number, not as the string: the request's key string is not retained.
  *   Every other key (accounts, IPv6 networks, other shapes) stays a string. Only canonical text
  *   maps to a number and every number comes from one text, so distinct keys stay distinct.
+ * - The numbers go to an `Ipv4Table` per generation (a typed array outside V8's heap, 11 to 21
+ *   bytes a key) rather than the `Map`, when the packed number fits its 32-bit slots: windows
+ *   shorter than 2^23 ms (about 2.3 hours; for a 60-second window, counts up to 32,766 in the
+ *   slot and past that in `wide`). A swap clears the table of the generation dropped and reuses
+ *   it for the new one, so a steady stream of new addresses costs no allocation once the tables
+ *   are grown, and the collector's heap does not grow with the addresses (BENCHMARKS.md, (j)).
  *
  * Same semantics as MemoryStore (test/unit/rate-limit/compact-memory-store.test.ts runs both on
  * random sequences): exact counts, each key's window starting at its first hit (or its first
@@ -56,6 +64,8 @@ interface Generation {
   /** Window starts are stored as milliseconds after this. */
   readonly base: number;
   readonly packed: Map<CompactKey, number>;
+  /** IPv4 keys' packed numbers, when the window's packing fits the table's slots. */
+  readonly ipv4: Ipv4Table | undefined;
   /** Exact counts of keys whose packed count reads `maxPackedCount`. Rarely used. */
   readonly wide: Map<CompactKey, number>;
 }
@@ -70,6 +80,13 @@ const MAX_EXACT = 2 ** 53;
 /** About 35 years, which leaves room for 2^11 - 1 hits in the packed number. */
 const MAX_WINDOW_MS = 2 ** 40;
 const MAX_TIMER_MS = 2 ** 31 - 1;
+/** The largest multiplier with which the table's 32-bit slots still hold counts up to 254. */
+const MAX_TABLE_SCALE = 2 ** 24;
+/**
+ * A reused table this many times larger than the last window needed is replaced by a smaller one,
+ * so memory follows a stream of addresses that slows down, a window later.
+ */
+const SHRINK_FACTOR = 4;
 
 export class CompactMemoryStore implements Store {
   readonly localKeys = true;
@@ -80,12 +97,14 @@ export class CompactMemoryStore implements Store {
   /** Multiplier of the count in the packed number: a power of two above twice the window. */
   private scale = 1;
   private maxPackedCount = 0;
+  /** The count at which a table slot defers to `wide`; 0 when IPv4 keys use the `Map`. */
+  private maxTableCount = 0;
   /** The time of `init()`: generations begin at `epoch + n * windowMs`. */
   private epoch = 0;
   /** The window number of `current`. */
   private generation = 0;
-  private current: Generation = emptyGeneration(0);
-  private previous: Generation = emptyGeneration(0);
+  private current: Generation = unusedGeneration();
+  private previous: Generation = unusedGeneration();
   private interval: NodeJS.Timeout | undefined;
   /** A scratch entry, reused by every call (the store never awaits). */
   private readonly entry: Entry = { count: 0, start: 0 };
@@ -111,10 +130,14 @@ export class CompactMemoryStore implements Store {
       throw new RangeError(`CompactMemoryStore: maxPackedCount must be from 1 to ${exactMax}`);
     }
     this.maxPackedCount = wanted;
+    this.maxTableCount =
+      this.scale <= MAX_TABLE_SCALE
+        ? Math.min(wanted, Math.floor((MAX_VALUE - (this.scale - 1)) / this.scale))
+        : 0;
     this.epoch = this.now();
     this.generation = 0;
-    this.current = emptyGeneration(this.epoch - windowMs);
-    this.previous = emptyGeneration(this.epoch - 2 * windowMs);
+    this.current = this.emptyGeneration(this.epoch - windowMs, undefined, 0);
+    this.previous = this.emptyGeneration(this.epoch - 2 * windowMs, undefined, 0);
     if (this.interval !== undefined) clearInterval(this.interval);
     // Frees the keys of a window that is over when no call comes to do it. The swaps follow the
     // clock, so a timer that fires more often than once a window (the longest timer Node keeps is
@@ -196,24 +219,31 @@ export class CompactMemoryStore implements Store {
 
   resetKey(key: string): void {
     const compact = this.compactKey(key);
-    remove(this.current, compact);
-    remove(this.previous, compact);
+    this.remove(this.current, compact);
+    this.remove(this.previous, compact);
   }
 
   resetAll(): void {
-    this.current = emptyGeneration(this.current.base);
-    this.previous = emptyGeneration(this.previous.base);
+    this.current = this.emptyGeneration(this.current.base, this.current.ipv4, 0);
+    this.previous = this.emptyGeneration(this.previous.base, this.previous.ipv4, 0);
   }
 
+  /** Stops the timer and lets every key and table go; `init()` starts the store again. */
   shutdown(): void {
     if (this.interval !== undefined) clearInterval(this.interval);
     this.interval = undefined;
-    this.resetAll();
+    this.current = this.emptyGeneration(this.current.base, undefined, 0);
+    this.previous = this.emptyGeneration(this.previous.base, undefined, 0);
   }
 
   /** Keys kept, for tests and diagnostics: those of both generations, expired or not. */
   get size(): number {
-    return this.current.packed.size + this.previous.packed.size;
+    return generationSize(this.current) + generationSize(this.previous);
+  }
+
+  /** Slots of the IPv4 tables of both generations, for tests and diagnostics. */
+  get ipv4Capacity(): number {
+    return (this.current.ipv4?.capacity ?? 0) + (this.previous.ipv4?.capacity ?? 0);
   }
 
   /**
@@ -225,7 +255,7 @@ export class CompactMemoryStore implements Store {
     const entry = this.entry;
     if (this.read(this.current, compact, entry)) return entry;
     if (this.read(this.previous, compact, entry)) {
-      remove(this.previous, compact);
+      this.remove(this.previous, compact);
       // A window that is over can be stored at `current`'s base: over for good, and its count is
       // never read again (the next increment starts a new window). A live one starts after that
       // base unless the clock went back, when it is moved to the base: a later reset, never earlier.
@@ -248,24 +278,64 @@ export class CompactMemoryStore implements Store {
   }
 
   private read(generation: Generation, compact: CompactKey, entry: Entry): boolean {
-    const packed = generation.packed.get(compact);
-    if (packed === undefined) return false;
+    let packed: number | undefined;
+    let maxCount: number;
+    if (typeof compact === 'number' && generation.ipv4 !== undefined) {
+      packed = generation.ipv4.get(compact);
+      if (packed < 0) return false;
+      maxCount = this.maxTableCount;
+    } else {
+      packed = generation.packed.get(compact);
+      if (packed === undefined) return false;
+      maxCount = this.maxPackedCount;
+    }
     const offset = packed % this.scale;
     const count = (packed - offset) / this.scale;
     entry.start = generation.base + offset;
-    entry.count = count === this.maxPackedCount ? (generation.wide.get(compact) ?? count) : count;
+    entry.count = count === maxCount ? (generation.wide.get(compact) ?? count) : count;
     return true;
   }
 
   private write(generation: Generation, compact: CompactKey, entry: Entry): void {
     const offset = entry.start - generation.base;
-    if (entry.count >= this.maxPackedCount) {
-      generation.packed.set(compact, this.maxPackedCount * this.scale + offset);
-      generation.wide.set(compact, entry.count);
-      return;
+    const inTable = typeof compact === 'number' && generation.ipv4 !== undefined;
+    const maxCount = inTable ? this.maxTableCount : this.maxPackedCount;
+    const count = Math.min(entry.count, maxCount);
+    const packed = count * this.scale + offset;
+    if (inTable) generation.ipv4.set(compact, packed);
+    else generation.packed.set(compact, packed);
+    if (count === maxCount) generation.wide.set(compact, entry.count);
+    else if (generation.wide.size > 0) generation.wide.delete(compact);
+  }
+
+  private remove(generation: Generation, compact: CompactKey): void {
+    const removed =
+      typeof compact === 'number' && generation.ipv4 !== undefined
+        ? generation.ipv4.delete(compact)
+        : generation.packed.delete(compact);
+    if (removed && generation.wide.size > 0) generation.wide.delete(compact);
+  }
+
+  /**
+   * A generation with no keys, reusing `table` (cleared) when there is one and it is no more than
+   * `SHRINK_FACTOR` times what `keysLastWindow` keys need.
+   */
+  private emptyGeneration(
+    base: number,
+    table: Ipv4Table | undefined,
+    keysLastWindow: number,
+  ): Generation {
+    let ipv4: Ipv4Table | undefined;
+    if (this.maxTableCount > 0) {
+      const needed = capacityFor(keysLastWindow);
+      if (table === undefined || table.capacity > SHRINK_FACTOR * needed) {
+        ipv4 = Ipv4Table.sizedFor(keysLastWindow);
+      } else {
+        table.clear();
+        ipv4 = table;
+      }
     }
-    generation.packed.set(compact, entry.count * this.scale + offset);
-    if (generation.wide.size > 0) generation.wide.delete(compact);
+    return { base, packed: new Map(), wide: new Map(), ipv4 };
   }
 
   /** Swaps generations as MemoryStore's timer would have by `now`: once per window gone by. */
@@ -274,9 +344,17 @@ export class CompactMemoryStore implements Store {
     const due = Math.floor((now - this.epoch) / this.windowMs);
     if (due <= this.generation) return;
     const base = this.epoch + (due - 1) * this.windowMs;
-    this.previous =
-      due === this.generation + 1 ? this.current : emptyGeneration(base - this.windowMs);
-    this.current = emptyGeneration(base);
+    const dropped = this.previous;
+    const ended = this.current;
+    const lastWindowKeys = ended.ipv4?.size ?? 0;
+    if (due === this.generation + 1) {
+      this.previous = ended;
+    } else {
+      // Two windows or more went by with no call. `previous` is only read and deleted from, so
+      // its table needs no room.
+      this.previous = this.emptyGeneration(base - this.windowMs, ended.ipv4, 0);
+    }
+    this.current = this.emptyGeneration(base, dropped.ipv4, lastWindowKeys);
     this.generation = due;
   }
 
@@ -294,14 +372,12 @@ export function compactKey(key: string, ipv4KeyPrefix: string): CompactKey {
   return ipv4Number(key, ipv4KeyPrefix.length) ?? key;
 }
 
-function emptyGeneration(base: number): Generation {
-  return { base, packed: new Map(), wide: new Map() };
+function unusedGeneration(): Generation {
+  return { base: 0, packed: new Map(), wide: new Map(), ipv4: undefined };
 }
 
-function remove(generation: Generation, compact: CompactKey): void {
-  if (generation.packed.delete(compact) && generation.wide.size > 0) {
-    generation.wide.delete(compact);
-  }
+function generationSize(generation: Generation): number {
+  return generation.packed.size + (generation.ipv4?.size ?? 0);
 }
 
 /**

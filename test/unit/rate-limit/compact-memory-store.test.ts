@@ -36,8 +36,15 @@ const KEYS = [
   '',
 ];
 
-function ops(windowMs: number): fc.Arbitrary<Op[]> {
-  const key = fc.constantFrom(...KEYS);
+/** Enough IPv4 clients that the store's tables grow, are reused and shrink. */
+const MANY_IPV4_KEYS = Array.from({ length: 300 }, (_, n) => `ip:10.0.${n >> 8}.${n & 255}`);
+
+function ops(
+  windowMs: number,
+  keys: readonly string[] = KEYS,
+  maxLength = 120,
+): fc.Arbitrary<Op[]> {
+  const key = fc.constantFrom(...keys);
   const advance = fc.oneof(
     fc.integer({ min: 0, max: Math.ceil(windowMs / 4) }),
     fc.constantFrom(1, windowMs - 1, windowMs, windowMs + 1, 2 * windowMs, 3 * windowMs + 5),
@@ -51,7 +58,8 @@ function ops(windowMs: number): fc.Arbitrary<Op[]> {
     { weight: 15, arbitrary: advance.map((ms) => ({ kind: 'advance' as const, ms })) },
     { weight: 1, arbitrary: fc.constant({ kind: 'resetAll' as const }) },
   );
-  return fc.array(op, { minLength: 1, maxLength: 120 });
+  // `size: 'max'`: else fast-check keeps arrays to about ten operations, whatever maxLength says.
+  return fc.array(op, { minLength: 1, maxLength, size: 'max' });
 }
 
 type Answer = readonly [hits: number, reset: number] | undefined;
@@ -135,9 +143,20 @@ describe('CompactMemoryStore against MemoryStore', () => {
     },
   );
 
+  it('answers as MemoryStore does on random sequences: many IPv4 clients', async () => {
+    await fc.assert(
+      fc.asyncProperty(ops(1000, [...MANY_IPV4_KEYS, ...KEYS], 600), async (sequence) => {
+        const { oracle, compact } = await replay(sequence, 1000);
+        expect(compact).toEqual(oracle);
+      }),
+      { numRuns: 100 },
+    );
+  });
+
   it('answers as MemoryStore does for one key counted far past the limit', async () => {
+    // Past 32,766, the most a table slot keeps for a 60-second window.
     const sequence: Op[] = [
-      ...Array.from({ length: 20_000 }, () => ({ kind: 'increment' as const, key: 'ip:10.0.0.1' })),
+      ...Array.from({ length: 40_000 }, () => ({ kind: 'increment' as const, key: 'ip:10.0.0.1' })),
       { kind: 'decrement', key: 'ip:10.0.0.1' },
       { kind: 'get', key: 'ip:10.0.0.1' },
       { kind: 'advance', ms: 59_999 },
@@ -225,6 +244,42 @@ describe('CompactMemoryStore', () => {
       totalHits: 1,
       resetTime: new Date(START + 2500),
     });
+    store.shutdown();
+  });
+
+  it('reuses its IPv4 tables from window to window and shrinks them when clients go', () => {
+    jest.useFakeTimers({ now: START });
+    const store = new CompactMemoryStore();
+    store.init({ windowMs: 1000 });
+    const capacities: number[] = [];
+    for (let window = 0; window < 5; window++) {
+      for (let n = 0; n < 1000; n++) store.increment(`ip:10.${window}.${n >> 8}.${n & 255}`);
+      capacities.push(store.ipv4Capacity);
+      jest.advanceTimersByTime(1000);
+    }
+    // Both generations grow to 2,048 slots (1,000 keys, at most 3/4 full), then are reused.
+    expect(capacities).toEqual([2048 + 16, 4096, 4096, 4096, 4096]);
+    expect(store.size).toBe(1000);
+    for (let idle = 0; idle < 3; idle++) jest.advanceTimersByTime(1000);
+    expect(store.size).toBe(0);
+    expect(store.ipv4Capacity).toBe(32);
+    store.shutdown();
+  });
+
+  it('keeps IPv4 counts past a table slot exactly, in windows shorter than 2^23 ms', () => {
+    jest.useFakeTimers({ now: START });
+    const store = new CompactMemoryStore();
+    store.init({ windowMs: 2 ** 23 - 1 });
+    for (let i = 0; i < 300; i++) store.increment('ip:10.0.0.1');
+    expect(store.ipv4Capacity).toBeGreaterThan(0);
+    expect(store.get('ip:10.0.0.1')?.totalHits).toBe(300);
+    store.decrement('ip:10.0.0.1');
+    expect(store.increment('ip:10.0.0.1').totalHits).toBe(300);
+    store.shutdown();
+    store.init({ windowMs: 2 ** 23 });
+    store.increment('ip:10.0.0.1');
+    expect(store.ipv4Capacity).toBe(0);
+    expect(store.get('ip:10.0.0.1')?.totalHits).toBe(1);
     store.shutdown();
   });
 
