@@ -1,3 +1,4 @@
+import type { TimedRequest } from './gc-attribution';
 import { percentile, startStreamProcess } from './paced-stream';
 import type { WrkResult } from './wrk';
 
@@ -24,7 +25,12 @@ export interface PacedOptions {
   readonly durationSeconds: number;
 }
 
-export async function runPaced(options: PacedOptions): Promise<WrkResult> {
+export interface PacedResult extends WrkResult {
+  /** Every measured request, times in ms since the epoch. */
+  readonly samples: readonly TimedRequest[];
+}
+
+export async function runPaced(options: PacedOptions): Promise<PacedResult> {
   const stream = await startStreamProcess(
     new URL(options.path, options.url).href,
     options.headerSets,
@@ -46,6 +52,10 @@ export async function runPaced(options: PacedOptions): Promise<WrkResult> {
     errorStatuses: measured.filter((sent) => sent.status > 399).length,
     socketErrors: statuses[0] ?? 0,
     statuses,
+    samples: measured.map((sent) => ({
+      dueAt: performance.timeOrigin + sent.dueAt,
+      doneAt: performance.timeOrigin + sent.doneAt,
+    })),
   };
 }
 

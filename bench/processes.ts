@@ -160,6 +160,13 @@ export interface LoopDelay {
   /** The longest event-loop delay since the last question, in ms. */
   readonly maxMs: number;
   readonly p99Ms: number;
+  /**
+   * The collector's pauses since the last question, each `[start, duration, kind]`: start in ms
+   * since the epoch, kind `minor`, `major`, `incremental`, `weak` or `other`.
+   */
+  readonly pauses: readonly (readonly [number, number, string])[];
+  /** Pauses left out because there were too many to keep. */
+  readonly droppedPauses: number;
 }
 
 /**

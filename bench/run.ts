@@ -37,7 +37,8 @@ import {
   type Row,
 } from './report';
 import { addressNumber, sendFromDistinctIps } from './distinct-ips';
-import { runPaced } from './paced';
+import { attributeToPauses, describeAttribution, type GcAttribution } from './gc-attribution';
+import { type PacedResult, runPaced } from './paced';
 import { commandCounts, commandsBetween } from './redis-stats';
 import { formatTargets, ratioTarget, type Target } from './targets';
 import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
@@ -284,7 +285,7 @@ class Bench {
   /** The fixed-rate runs, and per round the latency the gateway added over the stub. */
   readonly pacedRows: Row[] = [];
   /** With how late the gateway's event loop turned over the measured time (the probe). */
-  readonly added: { p50: number; p99: number; loop: LoopDelay }[] = [];
+  readonly added: { p50: number; p99: number; loop: LoopDelay; gc: GcAttribution }[] = [];
   readonly rss: RssCase[] = [];
   private readonly children: Child[] = [];
 
@@ -1100,7 +1101,7 @@ async function main(): Promise<void> {
         targetUrl: string,
         headerSets: readonly Readonly<Record<string, string>>[],
         context: string,
-      ): Promise<WrkResult> => {
+      ): Promise<PacedResult> => {
         const { warmupSeconds } = settings;
         log(
           `${target}, ${PACED_RATE}/s [${context}]: ${warmupSeconds}s warm-up, ${settings.roundSeconds}s measured`,
@@ -1130,9 +1131,9 @@ async function main(): Promise<void> {
       };
       for (let round = 1; round <= settings.rounds; round++) {
         const context = `round ${round}`;
-        const stub = (): Promise<WrkResult> =>
+        const stub = (): Promise<PacedResult> =>
           paced(TARGETS.upstream, 'gateway headers', upstreamUrl, upstreamHeaders, context);
-        const gate = async (): Promise<{ result: WrkResult; loop: LoopDelay }> => {
+        const gate = async (): Promise<{ result: PacedResult; loop: LoopDelay }> => {
           // The probe's count starts again when the warm-up is over, as timed here.
           const warmedUp = new Promise((resolve) =>
             setTimeout(resolve, settings.warmupSeconds * 1000),
@@ -1142,7 +1143,7 @@ async function main(): Promise<void> {
           return { result, loop: await loopDelay() };
         };
         let direct: WrkResult;
-        let through: { result: WrkResult; loop: LoopDelay };
+        let through: { result: PacedResult; loop: LoopDelay };
         if (round % 2 === 1) {
           direct = await stub();
           through = await gate();
@@ -1154,6 +1155,7 @@ async function main(): Promise<void> {
           p50: through.result.p50Ms - direct.p50Ms,
           p99: through.result.p99Ms - direct.p99Ms,
           loop: through.loop,
+          gc: attributeToPauses(through.result.samples, through.loop.pauses, through.result.p99Ms),
         });
       }
       await gateway.stop();
@@ -1401,7 +1403,11 @@ async function main(): Promise<void> {
       ...bench.added.map(
         (added, index) =>
           `- round ${index + 1}: the gateway added p50 ${added.p50.toFixed(2)} ms, p99 ${added.p99.toFixed(2)} ms over the stub` +
-          `; the gateway's own event loop turned at most ${added.loop.maxMs.toFixed(1)} ms late (p99 ${added.loop.p99Ms.toFixed(1)} ms) over the measured time`,
+          `; the gateway's own event loop turned at most ${added.loop.maxMs.toFixed(1)} ms late (p99 ${added.loop.p99Ms.toFixed(1)} ms) over the measured time` +
+          `. Over its requests ${describeAttribution(added.gc)}` +
+          (added.loop.droppedPauses > 0
+            ? ` (${added.loop.droppedPauses} more pauses not kept)`
+            : ''),
       ),
       '',
     );

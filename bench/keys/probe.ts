@@ -1,10 +1,11 @@
-import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { PerformanceObserver, constants, monitorEventLoopDelay } from 'node:perf_hooks';
 
 /**
  * Preloaded into the gateway by the benches (`node --expose-gc -r probe.js server.js`; `npm run
  * bench` for its fixed-rate case): when the parent asks over the IPC channel it answers with the
  * process's memory (after a full collection), or with the longest event-loop delay since the last
- * such question. The gateway itself is unchanged; without an IPC channel this file does nothing.
+ * such question and the collector's pauses over the same time. The gateway itself is unchanged;
+ * without an IPC channel this file does nothing.
  */
 
 /**
@@ -12,11 +13,41 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
  * loop reads about 10 ms; the answers subtract it, leaving how late the loop turned.
  */
 const RESOLUTION_MS = 10;
+/** Pauses kept between two questions; past this the oldest are dropped (and counted). */
+const MAX_PAUSES = 20_000;
+
+/** What V8 reports of a collection, as `kind` in the answer. */
+function kindOf(code: number | undefined): string {
+  switch (code) {
+    case constants.NODE_PERFORMANCE_GC_MINOR:
+      return 'minor';
+    case constants.NODE_PERFORMANCE_GC_MAJOR:
+      return 'major';
+    case constants.NODE_PERFORMANCE_GC_INCREMENTAL:
+      return 'incremental';
+    case constants.NODE_PERFORMANCE_GC_WEAKCB:
+      return 'weak';
+    default:
+      return 'other';
+  }
+}
 
 if (process.send !== undefined) {
   const delay = monitorEventLoopDelay({ resolution: RESOLUTION_MS });
   const late = (nanoseconds: number): number => Math.max(0, nanoseconds / 1e6 - RESOLUTION_MS);
   delay.enable();
+  // Each pause as [start, duration, kind], the start in ms since the epoch: the parent compares it
+  // with its own requests' times.
+  let pauses: [number, number, string][] = [];
+  let dropped = 0;
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      // `detail` (Node 16+) is not in every @types/node's PerformanceEntry.
+      const { detail } = entry as { detail?: { kind?: number } };
+      pauses.push([performance.timeOrigin + entry.startTime, entry.duration, kindOf(detail?.kind)]);
+    }
+    if (pauses.length > MAX_PAUSES) dropped += pauses.splice(0, pauses.length - MAX_PAUSES).length;
+  }).observe({ entryTypes: ['gc'] });
   process.on('message', (message: unknown) => {
     if (message === 'memory') {
       const collect = (globalThis as { gc?: () => void }).gc;
@@ -31,8 +62,16 @@ if (process.send !== undefined) {
         arrayBuffers: usage.arrayBuffers,
       });
     } else if (message === 'loop') {
-      process.send?.({ kind: 'loop', maxMs: late(delay.max), p99Ms: late(delay.percentile(99)) });
+      process.send?.({
+        kind: 'loop',
+        maxMs: late(delay.max),
+        p99Ms: late(delay.percentile(99)),
+        pauses,
+        droppedPauses: dropped,
+      });
       delay.reset();
+      pauses = [];
+      dropped = 0;
     }
   });
   // The channel must not keep a gateway alive that is otherwise done.

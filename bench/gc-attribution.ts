@@ -1,0 +1,69 @@
+/**
+ * How much of a fixed-rate round's tail the gateway's garbage collector accounts for: the requests
+ * at or above the round's p99 that were in flight while the collector paused the gateway's thread,
+ * against the share of all requests that were. When the slowest requests overlap pauses far more
+ * often than requests at large, the pauses are what makes the tail.
+ */
+
+/** A request of the round, times in ms since the epoch. */
+export interface TimedRequest {
+  readonly dueAt: number;
+  readonly doneAt: number;
+}
+
+/** A pause of the collector: `[start, duration, kind]`, start in ms since the epoch. */
+export type Pause = readonly [start: number, durationMs: number, kind: string];
+
+export interface GcAttribution {
+  readonly requests: number;
+  /** Pauses that began within the round's requests (from the first due to the last done). */
+  readonly pauses: number;
+  readonly pausedMs: number;
+  readonly longestMs: number;
+  /** Full (mark-compact) collections among them. */
+  readonly major: number;
+  /** Requests whose wait was at least `tailMs`. */
+  readonly slowest: number;
+  /** Of those, how many were in flight during a pause. */
+  readonly slowestDuringPause: number;
+  /** Requests at large in flight during a pause. */
+  readonly duringPause: number;
+}
+
+export function attributeToPauses(
+  requests: readonly TimedRequest[],
+  pauses: readonly Pause[],
+  tailMs: number,
+): GcAttribution {
+  const first = Math.min(...requests.map((r) => r.dueAt));
+  const last = Math.max(...requests.map((r) => r.doneAt));
+  const within = pauses
+    .filter(([start]) => start >= first && start <= last)
+    .map(([start, ms, kind]) => ({ start, end: start + ms, ms, kind }))
+    .sort((a, b) => a.start - b.start);
+  const duringPause = (request: TimedRequest): boolean =>
+    within.some((pause) => pause.start < request.doneAt && pause.end > request.dueAt);
+  const slowest = requests.filter((r) => r.doneAt - r.dueAt >= tailMs);
+  return {
+    requests: requests.length,
+    pauses: within.length,
+    pausedMs: within.reduce((sum, pause) => sum + pause.ms, 0),
+    longestMs: within.reduce((most, pause) => Math.max(most, pause.ms), 0),
+    major: within.filter((pause) => pause.kind === 'major').length,
+    slowest: slowest.length,
+    slowestDuringPause: slowest.filter(duringPause).length,
+    duringPause: requests.filter(duringPause).length,
+  };
+}
+
+/** One line of the report. */
+export function describeAttribution(a: GcAttribution): string {
+  const share = (part: number, whole: number): string =>
+    whole === 0 ? '-' : `${((100 * part) / whole).toFixed(0)}%`;
+  return (
+    `the gateway's collector paused it ${a.pauses} times (${a.pausedMs.toFixed(1)} ms in all, the longest ` +
+    `${a.longestMs.toFixed(1)} ms, ${a.major} full collection(s)); ${a.slowestDuringPause} of the ` +
+    `${a.slowest} requests at or above the round's p99 were in flight during a pause ` +
+    `(${share(a.slowestDuringPause, a.slowest)}), against ${share(a.duringPause, a.requests)} of all requests`
+  );
+}
