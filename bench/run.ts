@@ -789,7 +789,10 @@ function targetsOf(bench: Bench): Target[] {
           // so a single reading lands anywhere between the trough and the crest.
           const growth = c.peakMiB - c.beforeMiB;
           const later = c.peakAfterWindowMiB - c.peakMiB;
-          const signed = (mib: number): string => `${mib >= 0 ? '+' : ''}${mib.toFixed(0)}`;
+          const signed = (mib: number): string => {
+            const whole = Math.round(mib);
+            return `${whole >= 0 ? '+' : ''}${whole}`;
+          };
           return {
             label: `RSS growth after ${c.ips.toLocaleString('en-US')} distinct client IPs (peak): ${c.target}`,
             goal: `< ${RSS_GROWTH_TARGET_MIB} MiB, flat after the window (peak within ${FLAT_MIB} MiB)`,
