@@ -1,3 +1,5 @@
+import { randomInt } from 'node:crypto';
+
 /**
  * A hash table from 32-bit keys (IPv4 addresses as numbers) to values from 0 to `MAX_VALUE`, kept
  * in one `Uint32Array` outside V8's heap: 8 bytes a slot, at most 3/4 of the slots used, so 11 to
@@ -9,9 +11,14 @@
  * - `clear()` keeps the array, so a store can reuse a generation's table for the next window
  *   instead of growing a new one from empty through every doubling.
  *
- * Open addressing with linear probing from a Fibonacci hash of the key; deletion shifts the
- * following entries back (no tombstones), so a table never fills with dead slots. Slot `i` is
- * `key` at `2i` and `value + 1` at `2i + 1`, where 0 marks an empty slot.
+ * Open addressing with linear probing; deletion shifts the following entries back (no
+ * tombstones), so a table never fills with dead slots. Slot `i` is `key` at `2i` and `value + 1`
+ * at `2i + 1`, where 0 marks an empty slot.
+ *
+ * The home slot is multiply-shift hashing (the top bits of `key * a mod 2^32`) with `a` a random
+ * odd multiplier drawn for each table: a universal family, so that clients who pick their
+ * addresses (from ranges they hold) cannot aim them at one run of slots and make every lookup
+ * walk it, as they could with a fixed multiplier such as Knuth's.
  */
 
 /** The largest value a slot holds (its stored form, `value + 1`, is a 32-bit number). */
@@ -21,8 +28,6 @@ const MIN_CAPACITY = 16;
 /** Slots in use may reach `capacity * LOAD_NUMERATOR / LOAD_DENOMINATOR`. */
 const LOAD_NUMERATOR = 3;
 const LOAD_DENOMINATOR = 4;
-/** 2^32 / golden ratio: Knuth's multiplicative hash. */
-const FIBONACCI = 0x9e3779b9;
 /** The most slots a table takes: 2^30 (8 GiB), past any count of IPv4 keys one window holds. */
 const MAX_CAPACITY = 2 ** 30;
 
@@ -39,11 +44,26 @@ export class Ipv4Table {
     return new Ipv4Table(capacityFor(keys));
   }
 
-  constructor(capacity = MIN_CAPACITY) {
+  /**
+   * @param multiplier The hash's odd multiplier; random unless given (tests give one to build
+   *   keys that share home slots).
+   */
+  constructor(
+    capacity = MIN_CAPACITY,
+    private readonly multiplier = randomMultiplier(),
+  ) {
     if (!isPowerOfTwo(capacity) || capacity < MIN_CAPACITY || capacity > MAX_CAPACITY) {
       throw new RangeError(
         `Ipv4Table: capacity must be a power of two from ${MIN_CAPACITY} to ${MAX_CAPACITY}`,
       );
+    }
+    if (
+      !Number.isInteger(multiplier) ||
+      multiplier % 2 === 0 ||
+      multiplier < 1 ||
+      multiplier >= 2 ** 32
+    ) {
+      throw new RangeError('Ipv4Table: the multiplier must be an odd 32-bit number');
     }
     this.slots = new Uint32Array(2 * capacity);
     this.mask = capacity - 1;
@@ -123,7 +143,7 @@ export class Ipv4Table {
   }
 
   private home(unsigned: number): number {
-    return Math.imul(unsigned, FIBONACCI) >>> this.shift;
+    return Math.imul(unsigned, this.multiplier) >>> this.shift;
   }
 
   /** The key's slot, or -1. */
@@ -170,6 +190,11 @@ export function capacityFor(keys: number): number {
     capacity *= 2;
   }
   return capacity;
+}
+
+/** An odd number from 1 to 2^32 - 1, from the operating system's random source. */
+function randomMultiplier(): number {
+  return randomInt(0, 2 ** 31) * 2 + 1;
 }
 
 function isPowerOfTwo(n: number): boolean {

@@ -12,9 +12,12 @@ type Op =
   | { readonly kind: 'delete' | 'get'; readonly key: number }
   | { readonly kind: 'clear' };
 
-/** The home slot of `key` in a table of `2^bits` slots, as the table computes it. */
+/** The multiplier the tests give their tables (Knuth's), so that they can aim keys at slots. */
+const KNUTH = 0x9e3779b9;
+
+/** The home slot of `key` in a table of `2^bits` slots with the tests' multiplier. */
 function homeOf(key: number, bits: number): number {
-  return Math.imul(key, 0x9e3779b9) >>> (32 - bits);
+  return Math.imul(key, KNUTH) >>> (32 - bits);
 }
 
 /** The first `count` keys from 0 up whose home, in a table of 2^bits slots, is one of `homes`. */
@@ -64,7 +67,7 @@ describe('Ipv4Table', () => {
   it('answers as a Map does on random sequences, keeping every key reachable', () => {
     fc.assert(
       fc.property(fc.oneof(...KEY_SETS.map(sequenceOf)), (sequence) => {
-        const table = new Ipv4Table();
+        const table = new Ipv4Table(16, KNUTH);
         const oracle = new Map<number, number>();
         for (const step of sequence) {
           switch (step.kind) {
@@ -94,7 +97,7 @@ describe('Ipv4Table', () => {
   });
 
   it('deletes from the middle of long runs that wrap past the last slot', () => {
-    const table = new Ipv4Table(16);
+    const table = new Ipv4Table(16, KNUTH);
     // Keys whose home is one of the last slots: their runs wrap to the first slots.
     const keys = keysAt(12, 4, [14, 15]);
     keys.forEach((k, i) => {
@@ -123,6 +126,23 @@ describe('Ipv4Table', () => {
     expect(capacityFor(13)).toBe(32);
   });
 
+  it('hashes with a multiplier of its own: keys aimed at one run under a known one spread out', () => {
+    // Forty keys whose home, under Knuth's multiplier, is one of 8 slots of 64.
+    const aimed = keysAt(40, 3, [5]);
+    const orders = Array.from({ length: 2 }, () => {
+      const table = new Ipv4Table(64);
+      aimed.forEach((k, i) => {
+        table.set(k, i);
+      });
+      aimed.forEach((k, i) => {
+        expect(table.get(k)).toBe(i);
+      });
+      return [...table.entries()].map(([k]) => k);
+    });
+    // Two tables drew different multipliers, so their slots hold the keys in different orders.
+    expect(orders[0]).not.toEqual(orders[1]);
+  });
+
   it('refuses values and capacities it cannot keep', () => {
     const table = new Ipv4Table();
     expect(() => {
@@ -136,6 +156,8 @@ describe('Ipv4Table', () => {
     }).toThrow(RangeError);
     expect(() => new Ipv4Table(24)).toThrow(RangeError);
     expect(() => new Ipv4Table(8)).toThrow(RangeError);
+    expect(() => new Ipv4Table(16, 2)).toThrow(RangeError);
+    expect(() => new Ipv4Table(16, 2 ** 32 + 1)).toThrow(RangeError);
     expect(table.size).toBe(0);
   });
 });
