@@ -39,8 +39,7 @@ export function attributeToPauses(
   const last = Math.max(...requests.map((r) => r.doneAt));
   const within = pauses
     .filter(([start]) => start >= first && start <= last)
-    .map(([start, ms, kind]) => ({ start, end: start + ms, ms, kind }))
-    .sort((a, b) => a.start - b.start);
+    .map(([start, ms, kind]) => ({ start, end: start + ms, ms, kind }));
   const duringPause = (request: TimedRequest): boolean =>
     within.some((pause) => pause.start < request.doneAt && pause.end > request.dueAt);
   const slowest = requests.filter((r) => r.doneAt - r.dueAt >= tailMs);

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
+import type { Pause } from './gc-attribution';
 
 /** The benchmark's child processes: each target runs in its own process on loopback. */
 
@@ -161,10 +162,10 @@ export interface LoopDelay {
   readonly maxMs: number;
   readonly p99Ms: number;
   /**
-   * The collector's pauses since the last question, each `[start, duration, kind]`: start in ms
-   * since the epoch, kind `minor`, `major`, `incremental`, `weak` or `other`.
+   * The collector's pauses since the last question (kind `minor`, `major`, `incremental`, `weak`
+   * or `other`).
    */
-  readonly pauses: readonly (readonly [number, number, string])[];
+  readonly pauses: readonly Pause[];
   /** Pauses left out because there were too many to keep. */
   readonly droppedPauses: number;
 }

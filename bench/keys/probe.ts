@@ -1,4 +1,5 @@
 import { PerformanceObserver, constants, monitorEventLoopDelay } from 'node:perf_hooks';
+import type { Pause } from '../gc-attribution';
 
 /**
  * Preloaded into the gateway by the benches (`node --expose-gc -r probe.js server.js`; `npm run
@@ -36,9 +37,9 @@ if (process.send !== undefined) {
   const delay = monitorEventLoopDelay({ resolution: RESOLUTION_MS });
   const late = (nanoseconds: number): number => Math.max(0, nanoseconds / 1e6 - RESOLUTION_MS);
   delay.enable();
-  // Each pause as [start, duration, kind], the start in ms since the epoch: the parent compares it
+  // Each pause (`Pause`) has its start in ms since the epoch: the parent compares it
   // with its own requests' times.
-  let pauses: [number, number, string][] = [];
+  let pauses: Pause[] = [];
   let dropped = 0;
   new PerformanceObserver((list) => {
     for (const entry of list.getEntries()) {
