@@ -55,14 +55,65 @@ export function attributeToPauses(
   };
 }
 
-/** One line of the report. */
-export function describeAttribution(a: GcAttribution): string {
+/** One line of the report; `subject` names the process whose collector it was. */
+export function describeAttribution(a: GcAttribution, subject = 'the gateway'): string {
   const share = (part: number, whole: number): string =>
     whole === 0 ? '-' : `${((100 * part) / whole).toFixed(0)}%`;
   return (
-    `the gateway's collector paused it ${a.pauses} times (${a.pausedMs.toFixed(1)} ms in all, the longest ` +
+    `${subject}'s collector paused it ${a.pauses} times (${a.pausedMs.toFixed(1)} ms in all, the longest ` +
     `${a.longestMs.toFixed(1)} ms, ${a.major} full collection(s)); ${a.slowestDuringPause} of the ` +
     `${a.slowest} requests at or above the round's p99 were in flight during a pause ` +
     `(${share(a.slowestDuringPause, a.slowest)}), against ${share(a.duringPause, a.requests)} of all requests`
   );
+}
+
+/** The heap as `GCProfiler` reports it around a collection (only the fields read here). */
+interface HeapReading {
+  readonly heapStatistics: { readonly usedHeapSize: number };
+  readonly heapSpaceStatistics: readonly {
+    readonly spaceName: string;
+    readonly spaceUsedSize: number;
+  }[];
+}
+
+/** One collection as `GCProfiler` reports it. */
+export interface GcRecord {
+  readonly gcType: string;
+  readonly beforeGC: HeapReading;
+  readonly afterGC: HeapReading;
+}
+
+const YOUNG_SPACES: ReadonlySet<string> = new Set(['new_space', 'new_large_object_space']);
+
+/** Bytes in use outside the young generation. */
+function oldUsed(reading: HeapReading): number {
+  let used = reading.heapStatistics.usedHeapSize;
+  for (const space of reading.heapSpaceStatistics) {
+    if (YOUNG_SPACES.has(space.spaceName)) used -= space.spaceUsedSize;
+  }
+  return used;
+}
+
+/**
+ * Bytes allocated on V8's heap between two readings of its used size (`startUsed`, `endUsed`), from
+ * the used size before each collection less the size after the one before; and bytes promoted,
+ * by how much each young-generation collection grew the rest of the heap.
+ */
+export function heapTraffic(
+  startUsed: number,
+  records: readonly GcRecord[],
+  endUsed: number,
+): { allocated: number; promoted: number } {
+  let allocated = 0;
+  let promoted = 0;
+  let previous = startUsed;
+  for (const record of records) {
+    allocated += Math.max(0, record.beforeGC.heapStatistics.usedHeapSize - previous);
+    previous = record.afterGC.heapStatistics.usedHeapSize;
+    if (record.gcType === 'Scavenge' || record.gcType === 'MinorMarkSweep') {
+      promoted += Math.max(0, oldUsed(record.afterGC) - oldUsed(record.beforeGC));
+    }
+  }
+  allocated += Math.max(0, endUsed - previous);
+  return { allocated, promoted };
 }

@@ -168,6 +168,10 @@ export interface LoopDelay {
   readonly pauses: readonly Pause[];
   /** Pauses left out because there were too many to keep. */
   readonly droppedPauses: number;
+  /** Bytes allocated on V8's heap since the last question (0 at the first). */
+  readonly allocatedBytes: number;
+  /** Bytes the young-generation collections promoted to the old one since the last question. */
+  readonly promotedBytes: number;
 }
 
 /**

@@ -73,7 +73,9 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * then the issue's target ratios from side-by-side rounds of (d), (d'), (h), (c) and (i) (medians of
  * per-round ratios), Redis commands per allowed request (INFO commandstats of the bench's own
  * redis-server), the latency the gateway adds over the stub at a fixed 1,000 requests a second
- * (an open-loop stream, each request timed from when it was due: bench/paced.ts), and (j) the
+ * (an open-loop stream, each request timed from when it was due: bench/paced.ts), next to what
+ * (d') and (g) add in the same rounds, with each process's collector pauses and the bytes it
+ * allocates per request (bench/keys/probe.ts), and (j) the
  * gateway's RSS after BENCH_DISTINCT_IPS (1,000,000) distinct client IPs in X-Forwarded-For on
  * POST /api/v1/checkout/ (per-IP scope), memory and
  * Redis limits, before, after, and after the 60 s window (bench/distinct-ips.ts). The run ends
@@ -284,8 +286,12 @@ class Bench {
   readonly roundRows: Row[] = [];
   /** The fixed-rate runs, and per round the latency the gateway added over the stub. */
   readonly pacedRows: Row[] = [];
-  /** With how late the gateway's event loop turned over the measured time (the probe). */
-  readonly added: { p50: number; p99: number; loop: LoopDelay; gc: GcAttribution }[] = [];
+  /** What the gateway added over the stub in each fixed-rate round. */
+  readonly added: Added[] = [];
+  /** What Express 5 answering alone (expressServerOptions) added over the stub in the same rounds. */
+  readonly expressAdded: Added[] = [];
+  /** What Express 5 and http-proxy-middleware, with no check, added over the stub in the same rounds. */
+  readonly proxyAdded: Added[] = [];
   readonly rss: RssCase[] = [];
   private readonly children: Child[] = [];
 
@@ -570,6 +576,42 @@ const TARGETS = {
 
 const WRONG_KEY = 'unknown secret key';
 
+/** The processes of a fixed-rate round. */
+type PacedCase = 'stub' | 'express' | 'proxy' | 'gateway';
+const PACED_CASES: readonly PacedCase[] = ['stub', 'express', 'proxy', 'gateway'];
+
+/** Round `round` (from 1) starts one process later than the round before, so none is always first. */
+function pacedOrder(round: number): PacedCase[] {
+  const shift = (round - 1) % PACED_CASES.length;
+  return [...PACED_CASES.slice(shift), ...PACED_CASES.slice(0, shift)];
+}
+
+/** A fixed-rate run through a process with the probe preloaded, and what the probe saw. */
+interface Probed {
+  readonly result: PacedResult;
+  readonly loop: LoopDelay;
+}
+
+/** What a probed process added over the stub in one fixed-rate round. */
+interface Added {
+  readonly p50: number;
+  readonly p99: number;
+  readonly loop: LoopDelay;
+  readonly gc: GcAttribution;
+  /** Requests answered over the measured time (what the probe's figures are divided by). */
+  readonly requests: number;
+}
+
+function addedOver(direct: PacedResult, through: Probed): Added {
+  return {
+    p50: through.result.p50Ms - direct.p50Ms,
+    p99: through.result.p99Ms - direct.p99Ms,
+    loop: through.loop,
+    gc: attributeToPauses(through.result.samples, through.loop.pauses, through.result.p99Ms),
+    requests: through.result.samples.length,
+  };
+}
+
 /** The cases run side by side in rounds for the target ratios. */
 type RoundCase = 'floor' | 'born-floor' | 'naive' | 'redis-secret' | 'redis-token' | 'forward-auth';
 const ROUND_LABELS: Readonly<Record<RoundCase, string>> = {
@@ -704,6 +746,22 @@ async function measureRss(
   };
 }
 
+/** One fixed-rate round of a probed process, as a line of the report. */
+function describeAdded(added: Added, index: number, subject: string): string {
+  return (
+    `- round ${index + 1}: ${subject} added p50 ${added.p50.toFixed(2)} ms, p99 ${added.p99.toFixed(2)} ms over the stub` +
+    `; its event loop turned at most ${added.loop.maxMs.toFixed(1)} ms late (p99 ${added.loop.p99Ms.toFixed(1)} ms) over the measured time` +
+    `. Over its requests ${describeAttribution(added.gc, subject)}` +
+    `; it allocated ${formatPerRequest(added.loop.allocatedBytes, added.requests)} on V8's heap per request and promoted ${formatPerRequest(added.loop.promotedBytes, added.requests)} of it` +
+    (added.loop.droppedPauses > 0 ? ` (${added.loop.droppedPauses} more pauses not kept)` : '')
+  );
+}
+
+/** Bytes per request, in KiB with one decimal (`n/a` without requests). */
+function formatPerRequest(bytes: number, requests: number): string {
+  return requests > 0 ? `${(bytes / requests / 1024).toFixed(1)} KiB` : 'n/a';
+}
+
 function formatRss(cases: readonly RssCase[]): string {
   const lines = [
     '| target | distinct IPs | requests/s | RSS before (MiB) | after (MiB) | peak (MiB) | peak growth (MiB) | after the window (MiB) | its peak (MiB) | unexpected |',
@@ -751,6 +809,8 @@ function targetsOf(bench: Bench): Target[] {
   const worst = Math.max(...commands.map((row) => row.redisCommands?.perRequest ?? Number.NaN));
   const addedP99 = median(bench.added.map((added) => added.p99));
   const addedP50 = median(bench.added.map((added) => added.p50));
+  const expressP99 = median(bench.expressAdded.map((added) => added.p99));
+  const proxyP99 = median(bench.proxyAdded.map((added) => added.p99));
   return [
     ratioTarget(
       'gateway, Redis, secret key / naive composition',
@@ -779,7 +839,7 @@ function targetsOf(bench: Bench): Target[] {
       goal: '< 2 ms',
       figure:
         bench.added.length > 0
-          ? `${addedP99.toFixed(2)} ms (p50 ${addedP50.toFixed(2)} ms; median of ${bench.added.length} round(s))`
+          ? `${addedP99.toFixed(2)} ms (p50 ${addedP50.toFixed(2)} ms; median of ${bench.added.length} round(s); in the same rounds, Express 5 answering alone on expressServerOptions added ${expressP99.toFixed(2)} ms and Express 5 + http-proxy-middleware with no check ${proxyP99.toFixed(2)} ms)`
           : undefined,
       met: bench.added.length > 0 ? addedP99 < 2 : undefined,
     },
@@ -963,10 +1023,11 @@ async function main(): Promise<void> {
       script: string,
       env: Record<string, string>,
       readyPath = WALLETS_PATH,
+      probe = false,
     ): Promise<{ url: string; child: Child }> => {
       const port = await freePort();
       const url = `http://127.0.0.1:${port}`;
-      const child = bench.node(name, script, { ...env, PORT: String(port) });
+      const child = bench.node(name, script, { ...env, PORT: String(port) }, DIST, { probe });
       await waitUntil(child, `${url}${readyPath}`, (reply) => reply.status > 0);
       return { url, child };
     };
@@ -1096,8 +1157,23 @@ async function main(): Promise<void> {
         true,
       );
       await sanityCheck(url, first);
-      const loopDelay = (): Promise<LoopDelay> =>
-        askProbe<LoopDelay>(gateway.process, gateway.name, 'loop');
+      // Floors: Express 5 answering alone, its server built as the gateway's is (with
+      // `app.listen()` it promotes 16 times the bytes and collects fully every few seconds), and
+      // the ten-line gateway: Express 5 with http-proxy-middleware and no check at all.
+      const expressAlone = await startBenchServer(
+        'express floor, born, paced',
+        'bench/express-floor.js',
+        { FLOOR_BORN: '1' },
+        WALLETS_PATH,
+        true,
+      );
+      const expressProxy = await startBenchServer(
+        'express + proxy, paced',
+        'bench/express-proxy.js',
+        { UPSTREAM_URL: upstreamUrl },
+        WALLETS_PATH,
+        true,
+      );
       const paced = async (
         target: string,
         credential: string,
@@ -1136,32 +1212,75 @@ async function main(): Promise<void> {
         const context = `round ${round}`;
         const stub = (): Promise<PacedResult> =>
           paced(TARGETS.upstream, 'gateway headers', upstreamUrl, upstreamHeaders, context);
-        const gate = async (): Promise<{ result: PacedResult; loop: LoopDelay }> => {
-          // The probe's count starts again when the warm-up is over, as timed here.
+        /** A round through a probed process; the probe's count starts again after the warm-up. */
+        const probed = async (
+          child: Child,
+          target: string,
+          credential: string,
+          targetUrl: string,
+          headerSets: readonly Readonly<Record<string, string>>[],
+        ): Promise<Probed> => {
+          const loopDelay = (): Promise<LoopDelay> =>
+            askProbe<LoopDelay>(child.process, child.name, 'loop');
           const warmedUp = new Promise((resolve) =>
             setTimeout(resolve, settings.warmupSeconds * 1000),
           ).then(loopDelay);
-          const result = await paced(TARGETS.paced, 'secret key', url, secretHeaders, context);
+          const result = await paced(target, credential, targetUrl, headerSets, context);
           await warmedUp;
           return { result, loop: await loopDelay() };
         };
-        let direct: WrkResult;
-        let through: { result: PacedResult; loop: LoopDelay };
-        if (round % 2 === 1) {
-          direct = await stub();
-          through = await gate();
-        } else {
-          through = await gate();
-          direct = await stub();
+        const gate = (): Promise<Probed> =>
+          probed(gateway, TARGETS.paced, 'secret key', url, secretHeaders);
+        const alone = (): Promise<Probed> =>
+          probed(
+            expressAlone.child,
+            TARGETS.bornFloor,
+            'gateway headers',
+            expressAlone.url,
+            upstreamHeaders,
+          );
+        const bare = (): Promise<Probed> =>
+          probed(
+            expressProxy.child,
+            TARGETS.proxy,
+            'gateway headers',
+            expressProxy.url,
+            upstreamHeaders,
+          );
+        let direct: PacedResult | undefined;
+        let through: Probed | undefined;
+        let answered: Probed | undefined;
+        let proxied: Probed | undefined;
+        const runs: Record<PacedCase, () => Promise<void>> = {
+          stub: async () => {
+            direct = await stub();
+          },
+          express: async () => {
+            answered = await alone();
+          },
+          proxy: async () => {
+            proxied = await bare();
+          },
+          gateway: async () => {
+            through = await gate();
+          },
+        };
+        for (const name of pacedOrder(round)) await runs[name]();
+        if (
+          direct === undefined ||
+          through === undefined ||
+          answered === undefined ||
+          proxied === undefined
+        ) {
+          throw new Error('a fixed-rate round did not run');
         }
-        bench.added.push({
-          p50: through.result.p50Ms - direct.p50Ms,
-          p99: through.result.p99Ms - direct.p99Ms,
-          loop: through.loop,
-          gc: attributeToPauses(through.result.samples, through.loop.pauses, through.result.p99Ms),
-        });
+        bench.added.push(addedOver(direct, through));
+        bench.expressAdded.push(addedOver(direct, answered));
+        bench.proxyAdded.push(addedOver(direct, proxied));
       }
       await gateway.stop();
+      await expressAlone.child.stop();
+      await expressProxy.child.stop();
     }
 
     /** A case measured in a gateway process of its own (in-memory limits), for either build. */
@@ -1398,19 +1517,17 @@ async function main(): Promise<void> {
     out.push(
       `### At a fixed ${PACED_RATE.toLocaleString('en-US')} requests a second (open loop)`,
       '',
-      `- one request due every ${1000 / PACED_RATE} ms on keep-alive connections, each timed from when it was due; ${settings.roundSeconds}s measured after ${settings.warmupSeconds}s warm-up, stub and gateway alternating over ${settings.rounds} round(s)`,
+      `- one request due every ${1000 / PACED_RATE} ms on keep-alive connections, each timed from when it was due; ${settings.roundSeconds}s measured after ${settings.warmupSeconds}s warm-up, the stub, Express 5 alone, Express 5 + http-proxy-middleware and the gateway in turn, each round starting one later, over ${settings.rounds} round(s)`,
       '',
       formatRows(bench.pacedRows),
       '',
       ...notes(bench.pacedRows),
-      ...bench.added.map(
-        (added, index) =>
-          `- round ${index + 1}: the gateway added p50 ${added.p50.toFixed(2)} ms, p99 ${added.p99.toFixed(2)} ms over the stub` +
-          `; the gateway's own event loop turned at most ${added.loop.maxMs.toFixed(1)} ms late (p99 ${added.loop.p99Ms.toFixed(1)} ms) over the measured time` +
-          `. Over its requests ${describeAttribution(added.gc)}` +
-          (added.loop.droppedPauses > 0
-            ? ` (${added.loop.droppedPauses} more pauses not kept)`
-            : ''),
+      ...bench.added.map((added, index) => describeAdded(added, index, 'the gateway')),
+      ...bench.expressAdded.map((added, index) =>
+        describeAdded(added, index, 'Express 5 answering alone (expressServerOptions)'),
+      ),
+      ...bench.proxyAdded.map((added, index) =>
+        describeAdded(added, index, 'Express 5 + http-proxy-middleware (no check)'),
       ),
       '',
     );

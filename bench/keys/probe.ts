@@ -1,11 +1,13 @@
 import { PerformanceObserver, constants, monitorEventLoopDelay } from 'node:perf_hooks';
-import type { Pause } from '../gc-attribution';
+import { GCProfiler, getHeapStatistics } from 'node:v8';
+import { heapTraffic, type Pause } from '../gc-attribution';
 
 /**
  * Preloaded into the gateway by the benches (`node --expose-gc -r probe.js server.js`; `npm run
  * bench` for its fixed-rate case): when the parent asks over the IPC channel it answers with the
  * process's memory (after a full collection), or with the longest event-loop delay since the last
- * such question and the collector's pauses over the same time. The gateway itself is unchanged;
+ * such question, the collector's pauses and the bytes allocated on V8's heap and promoted to its
+ * old generation over the same time. The gateway itself is unchanged;
  * without an IPC channel this file does nothing.
  */
 
@@ -37,6 +39,10 @@ if (process.send !== undefined) {
   const delay = monitorEventLoopDelay({ resolution: RESOLUTION_MS });
   const late = (nanoseconds: number): number => Math.max(0, nanoseconds / 1e6 - RESOLUTION_MS);
   delay.enable();
+  // Started by the first 'loop' question, so that a process only asked about its memory keeps
+  // no record of its collections.
+  let profiler: GCProfiler | undefined;
+  let startUsed = 0;
   // Each pause (`Pause`) has its start in ms since the epoch: the parent compares it
   // with its own requests' times.
   let pauses: Pause[] = [];
@@ -63,12 +69,22 @@ if (process.send !== undefined) {
         arrayBuffers: usage.arrayBuffers,
       });
     } else if (message === 'loop') {
+      const endUsed = getHeapStatistics().used_heap_size;
+      const traffic =
+        profiler === undefined
+          ? { allocated: 0, promoted: 0 }
+          : heapTraffic(startUsed, profiler.stop().statistics, endUsed);
+      profiler = new GCProfiler();
+      profiler.start();
+      startUsed = getHeapStatistics().used_heap_size;
       process.send?.({
         kind: 'loop',
         maxMs: late(delay.max),
         p99Ms: late(delay.percentile(99)),
         pauses,
         droppedPauses: dropped,
+        allocatedBytes: traffic.allocated,
+        promotedBytes: traffic.promoted,
       });
       delay.reset();
       pauses = [];

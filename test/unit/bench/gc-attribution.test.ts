@@ -1,4 +1,9 @@
-import { attributeToPauses, describeAttribution } from '../../../bench/gc-attribution';
+import {
+  attributeToPauses,
+  describeAttribution,
+  type GcRecord,
+  heapTraffic,
+} from '../../../bench/gc-attribution';
 
 describe('attributeToPauses', () => {
   const requests = [
@@ -44,5 +49,39 @@ describe('attributeToPauses', () => {
     expect(attribution.slowestDuringPause).toBe(0);
     expect(attribution.duringPause).toBe(0);
     expect(describeAttribution(attribution)).toContain('(0%), against 0% of all requests');
+    expect(describeAttribution(attribution, 'the floor')).toMatch(
+      /^the floor's collector paused it 0 times/,
+    );
+  });
+});
+
+describe('heapTraffic', () => {
+  /** A heap reading of `used` bytes, `young` of them in the young generation. */
+  const reading = (used: number, young: number): GcRecord['beforeGC'] => ({
+    heapStatistics: { usedHeapSize: used },
+    heapSpaceStatistics: [
+      { spaceName: 'new_space', spaceUsedSize: young },
+      { spaceName: 'old_space', spaceUsedSize: used - young },
+    ],
+  });
+
+  it('sums what was allocated between collections and what scavenges moved to the old generation', () => {
+    const records: GcRecord[] = [
+      // 1,000 bytes in use at the start; 9,000 allocated before this scavenge, 500 promoted.
+      { gcType: 'Scavenge', beforeGC: reading(10_000, 9_000), afterGC: reading(2_000, 500) },
+      // 6,000 more allocated; a full collection promotes nothing by this count.
+      { gcType: 'MarkSweepCompact', beforeGC: reading(8_000, 3_000), afterGC: reading(1_200, 0) },
+      // 2,800 more; the scavenge moves 300 bytes out of the young generation into the old one.
+      { gcType: 'Scavenge', beforeGC: reading(4_000, 2_800), afterGC: reading(1_500, 0) },
+    ];
+    // 700 bytes more after the last collection.
+    expect(heapTraffic(1_000, records, 2_200)).toEqual({
+      allocated: 9_000 + 6_000 + 2_800 + 700,
+      promoted: 500 + 300,
+    });
+  });
+
+  it('counts nothing when the heap shrank between readings without a collection seen', () => {
+    expect(heapTraffic(5_000, [], 4_000)).toEqual({ allocated: 0, promoted: 0 });
   });
 });
