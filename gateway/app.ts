@@ -7,14 +7,13 @@ import {
   type KeyStore,
   type LimiterRedis,
   type Logger,
-  methodNotAllowed,
-  NotFoundError,
   notFound,
   refuseMalformedRequests,
   refuseQueryCredentials,
   type RequestFacts,
   requestId,
   type RoutePolicy,
+  type RouteTableEntry,
   type ScopeDefinition,
   type ScopeUsage,
   type SecurityEvent,
@@ -22,6 +21,7 @@ import {
   tollgate,
 } from '../lib';
 import { createAccessLog } from './access-log';
+import { routeDispatch, series } from './dispatch';
 import { DEFAULT_LIMITS, type LimitsConfig, type ShadowConfig, type TrustProxy } from './config';
 import { DecisionHistory, type MinuteCounts } from './decision-history';
 import { GatewayMetrics } from './metrics';
@@ -191,14 +191,17 @@ export function createApp(options: AppOptions): GatewayApp {
     },
   });
 
+  // One Express layer for what every request passes through (gateway/dispatch.ts).
   app.use(
-    requestId(),
-    securityHeaders,
-    accessLog.middleware,
-    refuseMalformedRequests(),
-    clientIp(),
+    series([
+      requestId(),
+      securityHeaders,
+      accessLog.middleware,
+      refuseMalformedRequests(),
+      clientIp(),
+      refuseQueryCredentials({ keyStore: options.keyStore, onSecurityEvent }),
+    ]),
   );
-  app.use(refuseQueryCredentials({ keyStore: options.keyStore, onSecurityEvent }));
 
   // Routes that take a publishable key are called from browsers (Checkout): answer CORS for them,
   // without credentials mode (keys travel in a header, never in cookies).
@@ -221,10 +224,13 @@ export function createApp(options: AppOptions): GatewayApp {
     }),
   );
 
-  const router = express.Router({ caseSensitive: true, strict: false });
-  router.param('id', (_req, _res, next, value: string) => {
-    next(ID_PATTERN.test(value) ? undefined : new NotFoundError());
-  });
+  const healthz: RequestHandler = (_req, res) => {
+    res.setHeader('Cache-Control', 'no-store');
+    res.json({ status: 'ok', rate_limits: rateLimitState() });
+  };
+  // The route table in one Express layer (gateway/dispatch.ts), matched as Express's router
+  // matched it: an id is percent-decoded, then must match ID_PATTERN (404; a malformed escape, 400).
+  const entries: RouteTableEntry<RequestHandler>[] = [];
   for (const route of ROUTES) {
     const policy = policyOf(route);
     const handlers: RequestHandler[] =
@@ -235,25 +241,20 @@ export function createApp(options: AppOptions): GatewayApp {
             gate.protect({ ...policy, accept: policy.accept, body: true }),
             proxy.handler,
           ];
-    router[route.method === 'GET' ? 'get' : 'post'](
-      route.path,
-      ...optional(browserCors.get(route.path)),
-      ...handlers,
-    );
+    entries.push({
+      method: route.method,
+      path: route.path,
+      value: series([...optional(browserCors.get(route.path)), ...handlers]),
+    });
   }
-  router.get('/healthz', (_req, res) => {
-    res.setHeader('Cache-Control', 'no-store');
-    res.json({ status: 'ok', rate_limits: rateLimitState() });
-  });
-  for (const [path, methods] of allowedMethods(ROUTES)) {
-    const browser = browserCors.get(path);
-    if (browser !== undefined) router.options(path, browser);
-    router.all(path, methodNotAllowed(methods));
+  for (const [path, browser] of browserCors) {
+    entries.push({ method: 'OPTIONS', path, value: browser });
   }
-  router.get('/readyz', readiness.handler);
-  router.all('/healthz', methodNotAllowed(['GET']));
-  router.all('/readyz', methodNotAllowed(['GET']));
-  app.use(router);
+  entries.push(
+    { method: 'GET', path: '/healthz', value: healthz },
+    { method: 'GET', path: '/readyz', value: readiness.handler },
+  );
+  app.use(routeDispatch(entries, ID_PATTERN));
   app.use(notFound());
   app.use(gate.errorHandler());
 

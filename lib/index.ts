@@ -31,6 +31,7 @@ export { IDENTITY_HEADERS, identityHeaders, type IdentityHeader } from './core/i
 export {
   RouteTable,
   DEFAULT_PARAMETER_PATTERN,
+  type ParameterMatcher,
   type RouteLookup,
   type RouteTableEntry,
 } from './core/route-table';

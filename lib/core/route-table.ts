@@ -24,6 +24,12 @@ export interface RouteTableEntry<T> {
 /** The gateway's id pattern (contract 4 routes): opaque ids of up to 64 characters. */
 export const DEFAULT_PARAMETER_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
+/**
+ * Whether a path segment is a parameter's value. It may throw to refuse the request (a malformed
+ * escape, say): only for a path whose literal segments all match, and `match()` lets it through.
+ */
+export type ParameterMatcher = (segment: string) => boolean;
+
 interface CompiledPath<T> {
   readonly segments: readonly (string | null)[];
   readonly byMethod: Map<string, T>;
@@ -32,13 +38,15 @@ interface CompiledPath<T> {
 
 export class RouteTable<T> {
   private readonly paths: CompiledPath<T>[] = [];
-  private readonly parameter: RegExp;
+  private readonly parameter: ParameterMatcher;
 
+  /** `parameter`: a pattern the segment must match as sent, or a matcher of its own. */
   constructor(
     entries: readonly RouteTableEntry<T>[],
-    parameter: RegExp = DEFAULT_PARAMETER_PATTERN,
+    parameter: RegExp | ParameterMatcher = DEFAULT_PARAMETER_PATTERN,
   ) {
-    this.parameter = parameter;
+    this.parameter =
+      typeof parameter === 'function' ? parameter : (segment) => parameter.test(segment);
     for (const entry of entries) {
       if (!/^[A-Z]+$/.test(entry.method)) {
         throw new ConfigurationError(
@@ -77,12 +85,15 @@ export class RouteTable<T> {
     return { kind: 'found', value };
   }
 
+  /** Literal segments first: a parameter is only looked at on a path that is otherwise this one. */
   private matches(pattern: readonly (string | null)[], segments: readonly string[]): boolean {
     if (pattern.length !== segments.length) return false;
     for (let index = 0; index < pattern.length; index++) {
       const literal = pattern[index];
-      const segment = segments[index] ?? '';
-      if (literal === null ? !this.parameter.test(segment) : literal !== segment) return false;
+      if (literal !== null && literal !== segments[index]) return false;
+    }
+    for (let index = 0; index < pattern.length; index++) {
+      if (pattern[index] === null && !this.parameter(segments[index] ?? '')) return false;
     }
     return true;
   }
