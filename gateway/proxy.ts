@@ -1,3 +1,4 @@
+import { validateHeaderName, validateHeaderValue } from 'node:http';
 import type { NextFunction, RequestHandler, Response } from 'express';
 import { type Dispatcher, Pool } from 'undici';
 import { identityHeaders, UpstreamError } from '../lib';
@@ -61,6 +62,7 @@ const STRIPPED_REQUEST_HEADERS = [
   'x-rewrite-url',
 ];
 const STRIPPED_REQUEST_PREFIXES = ['x-gateway-', 'x-forwarded-'];
+
 const STRIPPED_RESPONSE_HEADERS = new Set([
   'connection',
   'keep-alive',
@@ -91,13 +93,16 @@ export function createProxy(options: ProxyOptions): Proxy {
     if (res.destroyed) return;
     const headers: Record<string, string | string[]> = {};
     const namedByConnection = connectionTokens(req.headers.connection);
-    for (const [name, value] of Object.entries(req.headers)) {
+    const received = req.headers;
+    // `for…in` over Node's own headers object: no array of entries per request.
+    for (const name in received) {
+      const value = received[name];
       const drop =
         value === undefined ||
         stripped.has(name) ||
         name.includes('_') ||
         namedByConnection.includes(name) ||
-        STRIPPED_REQUEST_PREFIXES.some((prefix) => name.startsWith(prefix));
+        hasStrippedPrefix(name);
       if (!drop) headers[name] = value;
     }
     if (req.auth !== undefined) Object.assign(headers, identityHeaders(req.auth));
@@ -139,7 +144,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   private controller: Dispatcher.DispatchController | undefined;
   /** `waiting` for the answer's head, `streaming` its body, `over` once answered or failed. */
   private state: 'waiting' | 'streaming' | 'over' = 'waiting';
-  private readonly started = process.hrtime.bigint();
+  private readonly started = performance.now();
 
   constructor(
     private readonly res: Response,
@@ -173,25 +178,31 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
       this.fail(controller, 'unavailable');
       return;
     }
-    this.observers.onAnswer?.(Number(process.hrtime.bigint() - this.started) / 1e9);
-    const responseHeaders: Record<string, string | string[]> = {};
+    this.observers.onAnswer?.((performance.now() - this.started) / 1000);
     const namedByUpstream = connectionTokens(upstreamHeaders.connection);
-    for (const [name, value] of Object.entries(upstreamHeaders)) {
-      if (
-        value !== undefined &&
-        !STRIPPED_RESPONSE_HEADERS.has(name) &&
-        !namedByUpstream.includes(name)
-      ) {
-        responseHeaders[name] = value;
-      }
-    }
+    // Every header is checked before any is set: one Node would refuse (a character it forbids)
+    // leaves none of the upstream's headers on the 502 that answers instead.
     try {
-      this.res.writeHead(statusCode, responseHeaders);
+      for (const name in upstreamHeaders) {
+        const value = upstreamHeaders[name];
+        if (value !== undefined && forwardedResponseHeader(name, namedByUpstream)) {
+          validateHeaderName(name);
+          if (typeof value === 'string') validateHeaderValue(name, value);
+          else for (const each of value) validateHeaderValue(name, each);
+        }
+      }
     } catch {
-      // A header Node refuses to send (a character it forbids): no usable answer.
       this.fail(controller, 'unavailable');
       return;
     }
+    // Set one by one, then `writeHead` without an object: no copy of the headers per answer.
+    for (const name in upstreamHeaders) {
+      const value = upstreamHeaders[name];
+      if (value !== undefined && forwardedResponseHeader(name, namedByUpstream)) {
+        this.res.setHeader(name, value);
+      }
+    }
+    this.res.writeHead(statusCode);
     this.state = 'streaming';
   }
 
@@ -259,8 +270,20 @@ function querySuffix(url: string): string {
   return start === -1 ? '' : url.slice(start);
 }
 
-function connectionTokens(connection: string | string[] | undefined): string[] {
-  if (connection === undefined) return [];
+function hasStrippedPrefix(name: string): boolean {
+  for (const prefix of STRIPPED_REQUEST_PREFIXES) if (name.startsWith(prefix)) return true;
+  return false;
+}
+
+/** Whether a header of the upstream's answer goes on to the client. */
+function forwardedResponseHeader(name: string, namedByConnection: readonly string[]): boolean {
+  return !STRIPPED_RESPONSE_HEADERS.has(name) && !namedByConnection.includes(name);
+}
+
+const NO_TOKENS: readonly string[] = [];
+
+function connectionTokens(connection: string | string[] | undefined): readonly string[] {
+  if (connection === undefined) return NO_TOKENS;
   return (Array.isArray(connection) ? connection.join(',') : connection)
     .split(',')
     .map((token) => token.trim().toLowerCase())

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { ipKeyGenerator } from 'express-rate-limit';
 import { ConfigurationError, RateLimitedError } from '../errors';
 import type { LimiterRedis } from '../rate-limit/window';
@@ -202,7 +202,7 @@ function ipKey(clientIp: string | undefined): string {
 
 /** express-rate-limit's `pk`: a hash that tells counted keys apart without revealing them. */
 function partitionKey(key: string): string {
-  const hex = createHash('sha256').update(key).digest('hex').slice(0, 12);
+  const hex = hash('sha256', key, 'hex').slice(0, 12);
   return Buffer.from(hex).toString('base64');
 }
 

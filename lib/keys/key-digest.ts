@@ -1,7 +1,8 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
+/** One-shot (`crypto.hash`, Node 20.12+): no `Hash` object per presented key. */
 export function sha256(value: string): Buffer {
-  return createHash('sha256').update(value, 'utf8').digest();
+  return hash('sha256', value, 'buffer');
 }
 
 /** Compared against when a publishable key is unknown, so that case takes the same time. */
