@@ -96,24 +96,33 @@ function oldUsed(reading: HeapReading): number {
 
 /**
  * Bytes allocated on V8's heap between two readings of its used size (`startUsed`, `endUsed`), from
- * the used size before each collection less the size after the one before; and bytes promoted,
- * by how much each young-generation collection grew the rest of the heap.
+ * the used size before each collection less the size after the one before; and bytes that reached
+ * the old generation, which is what brings on full collections: what each young-generation
+ * collection moved there (promoted), plus what grew there between collections (objects V8
+ * allocates there directly: pretenured allocation sites, large objects). The second is a lower
+ * bound: the concurrent sweeper may free old-generation bytes between two readings.
  */
 export function heapTraffic(
   startUsed: number,
   records: readonly GcRecord[],
   endUsed: number,
-): { allocated: number; promoted: number } {
+): { allocated: number; promoted: number; toOld: number } {
   let allocated = 0;
   let promoted = 0;
-  let previous = startUsed;
+  let direct = 0;
+  let previous: HeapReading | undefined;
+  let previousUsed = startUsed;
   for (const record of records) {
-    allocated += Math.max(0, record.beforeGC.heapStatistics.usedHeapSize - previous);
-    previous = record.afterGC.heapStatistics.usedHeapSize;
+    allocated += Math.max(0, record.beforeGC.heapStatistics.usedHeapSize - previousUsed);
+    if (previous !== undefined) {
+      direct += Math.max(0, oldUsed(record.beforeGC) - oldUsed(previous));
+    }
     if (record.gcType === 'Scavenge' || record.gcType === 'MinorMarkSweep') {
       promoted += Math.max(0, oldUsed(record.afterGC) - oldUsed(record.beforeGC));
     }
+    previous = record.afterGC;
+    previousUsed = record.afterGC.heapStatistics.usedHeapSize;
   }
-  allocated += Math.max(0, endUsed - previous);
-  return { allocated, promoted };
+  allocated += Math.max(0, endUsed - previousUsed);
+  return { allocated, promoted, toOld: promoted + direct };
 }

@@ -172,6 +172,8 @@ export interface LoopDelay {
   readonly allocatedBytes: number;
   /** Bytes the young-generation collections promoted to the old one since the last question. */
   readonly promotedBytes: number;
+  /** Bytes that reached the old generation (promoted, or allocated there) since the last question. */
+  readonly toOldBytes: number;
 }
 
 /**

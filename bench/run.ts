@@ -74,7 +74,8 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * per-round ratios), Redis commands per allowed request (INFO commandstats of the bench's own
  * redis-server), the latency the gateway adds over the stub at a fixed 1,000 requests a second
  * (an open-loop stream, each request timed from when it was due: bench/paced.ts), next to what
- * (d') and (g) add in the same rounds, with each process's collector pauses and the bytes it
+ * (d'), (g) and (g') add in the same rounds ((g'): Express 5 with one Redis round trip and the
+ * gateway's proxy, no check: bench/express-hops.ts), with each process's collector pauses and the bytes it
  * allocates per request (bench/keys/probe.ts), and (j) the
  * gateway's RSS after BENCH_DISTINCT_IPS (1,000,000) distinct client IPs in X-Forwarded-For on
  * POST /api/v1/checkout/ (per-IP scope), memory and
@@ -292,6 +293,8 @@ class Bench {
   readonly expressAdded: Added[] = [];
   /** What Express 5 and http-proxy-middleware, with no check, added over the stub in the same rounds. */
   readonly proxyAdded: Added[] = [];
+  /** What (g'), the gateway's hops on Express without its checks, added over the stub in the same rounds. */
+  readonly hopsAdded: Added[] = [];
   readonly rss: RssCase[] = [];
   private readonly children: Child[] = [];
 
@@ -565,6 +568,7 @@ const TARGETS = {
   floor: '(d) Express 5 alone (floor)',
   bornFloor: "(d') Express 5 alone, expressServerOptions",
   proxy: '(g) Express 5 + http-proxy-middleware, no auth',
+  hops: "(g') Express 5 + one Redis command + the gateway's proxy, no check",
   naive: '(h) naive composition, Redis limits',
   forwardAuth: '(i) gateway forward-auth (auth-request), Redis limits',
   paced: '(c) gateway, Redis limits',
@@ -577,8 +581,8 @@ const TARGETS = {
 const WRONG_KEY = 'unknown secret key';
 
 /** The processes of a fixed-rate round. */
-type PacedCase = 'stub' | 'express' | 'proxy' | 'gateway';
-const PACED_CASES: readonly PacedCase[] = ['stub', 'express', 'proxy', 'gateway'];
+type PacedCase = 'stub' | 'express' | 'proxy' | 'hops' | 'gateway';
+const PACED_CASES: readonly PacedCase[] = ['stub', 'express', 'proxy', 'hops', 'gateway'];
 
 /** Round `round` (from 1) starts one process later than the round before, so none is always first. */
 function pacedOrder(round: number): PacedCase[] {
@@ -752,7 +756,7 @@ function describeAdded(added: Added, index: number, subject: string): string {
     `- round ${index + 1}: ${subject} added p50 ${added.p50.toFixed(2)} ms, p99 ${added.p99.toFixed(2)} ms over the stub` +
     `; its event loop turned at most ${added.loop.maxMs.toFixed(1)} ms late (p99 ${added.loop.p99Ms.toFixed(1)} ms) over the measured time` +
     `. Over its requests ${describeAttribution(added.gc, subject)}` +
-    `; it allocated ${formatPerRequest(added.loop.allocatedBytes, added.requests)} on V8's heap per request and promoted ${formatPerRequest(added.loop.promotedBytes, added.requests)} of it` +
+    `; it allocated ${formatPerRequest(added.loop.allocatedBytes, added.requests)} on V8's heap per request, of which ${formatPerRequest(added.loop.toOldBytes, added.requests)} reached the old generation (${formatPerRequest(added.loop.promotedBytes, added.requests)} promoted by scavenges)` +
     (added.loop.droppedPauses > 0 ? ` (${added.loop.droppedPauses} more pauses not kept)` : '')
   );
 }
@@ -811,6 +815,7 @@ function targetsOf(bench: Bench): Target[] {
   const addedP50 = median(bench.added.map((added) => added.p50));
   const expressP99 = median(bench.expressAdded.map((added) => added.p99));
   const proxyP99 = median(bench.proxyAdded.map((added) => added.p99));
+  const hopsP99 = median(bench.hopsAdded.map((added) => added.p99));
   return [
     ratioTarget(
       'gateway, Redis, secret key / naive composition',
@@ -839,7 +844,7 @@ function targetsOf(bench: Bench): Target[] {
       goal: '< 2 ms',
       figure:
         bench.added.length > 0
-          ? `${addedP99.toFixed(2)} ms (p50 ${addedP50.toFixed(2)} ms; median of ${bench.added.length} round(s); in the same rounds, Express 5 answering alone on expressServerOptions added ${expressP99.toFixed(2)} ms and Express 5 + http-proxy-middleware with no check ${proxyP99.toFixed(2)} ms)`
+          ? `${addedP99.toFixed(2)} ms (p50 ${addedP50.toFixed(2)} ms; median of ${bench.added.length} round(s); in the same rounds, Express 5 answering alone on expressServerOptions added ${expressP99.toFixed(2)} ms, Express 5 + http-proxy-middleware with no check ${proxyP99.toFixed(2)} ms, and Express 5 + one Redis command + the gateway's proxy with no check ${hopsP99.toFixed(2)} ms)`
           : undefined,
       met: bench.added.length > 0 ? addedP99 < 2 : undefined,
     },
@@ -1174,6 +1179,14 @@ async function main(): Promise<void> {
         WALLETS_PATH,
         true,
       );
+      // The gateway's own hops (a Redis round trip, its proxy) on Express, without its checks.
+      const expressHops = await startBenchServer(
+        'express + redis + proxy, paced',
+        'bench/express-hops.js',
+        { UPSTREAM_URL: upstreamUrl, REDIS_URL: redis.url },
+        WALLETS_PATH,
+        true,
+      );
       const paced = async (
         target: string,
         credential: string,
@@ -1247,10 +1260,19 @@ async function main(): Promise<void> {
             expressProxy.url,
             upstreamHeaders,
           );
+        const hops = (): Promise<Probed> =>
+          probed(
+            expressHops.child,
+            TARGETS.hops,
+            'gateway headers',
+            expressHops.url,
+            upstreamHeaders,
+          );
         let direct: PacedResult | undefined;
         let through: Probed | undefined;
         let answered: Probed | undefined;
         let proxied: Probed | undefined;
+        let hopped: Probed | undefined;
         const runs: Record<PacedCase, () => Promise<void>> = {
           stub: async () => {
             direct = await stub();
@@ -1261,6 +1283,9 @@ async function main(): Promise<void> {
           proxy: async () => {
             proxied = await bare();
           },
+          hops: async () => {
+            hopped = await hops();
+          },
           gateway: async () => {
             through = await gate();
           },
@@ -1270,17 +1295,20 @@ async function main(): Promise<void> {
           direct === undefined ||
           through === undefined ||
           answered === undefined ||
-          proxied === undefined
+          proxied === undefined ||
+          hopped === undefined
         ) {
           throw new Error('a fixed-rate round did not run');
         }
         bench.added.push(addedOver(direct, through));
         bench.expressAdded.push(addedOver(direct, answered));
         bench.proxyAdded.push(addedOver(direct, proxied));
+        bench.hopsAdded.push(addedOver(direct, hopped));
       }
       await gateway.stop();
       await expressAlone.child.stop();
       await expressProxy.child.stop();
+      await expressHops.child.stop();
     }
 
     /** A case measured in a gateway process of its own (in-memory limits), for either build. */
@@ -1517,7 +1545,7 @@ async function main(): Promise<void> {
     out.push(
       `### At a fixed ${PACED_RATE.toLocaleString('en-US')} requests a second (open loop)`,
       '',
-      `- one request due every ${1000 / PACED_RATE} ms on keep-alive connections, each timed from when it was due; ${settings.roundSeconds}s measured after ${settings.warmupSeconds}s warm-up, the stub, Express 5 alone, Express 5 + http-proxy-middleware and the gateway in turn, each round starting one later, over ${settings.rounds} round(s)`,
+      `- one request due every ${1000 / PACED_RATE} ms on keep-alive connections, each timed from when it was due; ${settings.roundSeconds}s measured after ${settings.warmupSeconds}s warm-up, the stub, (d'), (g), (g') and the gateway in turn, each round starting one later, over ${settings.rounds} round(s)`,
       '',
       formatRows(bench.pacedRows),
       '',
@@ -1528,6 +1556,13 @@ async function main(): Promise<void> {
       ),
       ...bench.proxyAdded.map((added, index) =>
         describeAdded(added, index, 'Express 5 + http-proxy-middleware (no check)'),
+      ),
+      ...bench.hopsAdded.map((added, index) =>
+        describeAdded(
+          added,
+          index,
+          "Express 5 + one Redis command + the gateway's proxy (no check)",
+        ),
       ),
       '',
     );

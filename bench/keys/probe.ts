@@ -72,7 +72,7 @@ if (process.send !== undefined) {
       const endUsed = getHeapStatistics().used_heap_size;
       const traffic =
         profiler === undefined
-          ? { allocated: 0, promoted: 0 }
+          ? { allocated: 0, promoted: 0, toOld: 0 }
           : heapTraffic(startUsed, profiler.stop().statistics, endUsed);
       profiler = new GCProfiler();
       profiler.start();
@@ -85,6 +85,7 @@ if (process.send !== undefined) {
         droppedPauses: dropped,
         allocatedBytes: traffic.allocated,
         promotedBytes: traffic.promoted,
+        toOldBytes: traffic.toOld,
       });
       delay.reset();
       pauses = [];

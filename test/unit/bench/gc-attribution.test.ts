@@ -65,23 +65,25 @@ describe('heapTraffic', () => {
     ],
   });
 
-  it('sums what was allocated between collections and what scavenges moved to the old generation', () => {
+  it('sums what was allocated between collections and what reached the old generation', () => {
     const records: GcRecord[] = [
       // 1,000 bytes in use at the start; 9,000 allocated before this scavenge, 500 promoted.
       { gcType: 'Scavenge', beforeGC: reading(10_000, 9_000), afterGC: reading(2_000, 500) },
-      // 6,000 more allocated; a full collection promotes nothing by this count.
-      { gcType: 'MarkSweepCompact', beforeGC: reading(8_000, 3_000), afterGC: reading(1_200, 0) },
-      // 2,800 more; the scavenge moves 300 bytes out of the young generation into the old one.
+      // 6,000 more allocated, 2,000 of them in the old generation directly (1,500 old after the
+      // scavenge, 3,500 before this); a full collection promotes nothing by this count.
+      { gcType: 'MarkSweepCompact', beforeGC: reading(8_000, 4_500), afterGC: reading(1_200, 0) },
+      // 2,800 more, all young; the scavenge moves 300 bytes into the old generation.
       { gcType: 'Scavenge', beforeGC: reading(4_000, 2_800), afterGC: reading(1_500, 0) },
     ];
     // 700 bytes more after the last collection.
     expect(heapTraffic(1_000, records, 2_200)).toEqual({
       allocated: 9_000 + 6_000 + 2_800 + 700,
       promoted: 500 + 300,
+      toOld: 500 + 2_000 + 300,
     });
   });
 
   it('counts nothing when the heap shrank between readings without a collection seen', () => {
-    expect(heapTraffic(5_000, [], 4_000)).toEqual({ allocated: 0, promoted: 0 });
+    expect(heapTraffic(5_000, [], 4_000)).toEqual({ allocated: 0, promoted: 0, toOld: 0 });
   });
 });
