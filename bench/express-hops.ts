@@ -7,10 +7,10 @@ import { type AuthContext, expressServerOptions } from '../lib';
 /**
  * The gateway's hops without its checks: Express 5 with its server built as the gateway's is
  * (`expressServerOptions`), one Redis round trip per request (a `SET` of one key that expires in
- * a minute, where the gateway's limits send one `EVALSHA`), and the gateway's own proxy (`gateway/proxy.ts`) to the
- * stub upstream with a fixed identity. No credential, whitelist, role, limit, request id or log:
- * what any gateway of this shape pays before its first check (REDIS_URL, UPSTREAM_URL, PORT;
- * listens on 127.0.0.1 only).
+ * a minute, where the gateway's limits send one `EVALSHA`), and the gateway's own proxy
+ * (`gateway/proxy.ts`) to the stub upstream with a fixed identity. No credential, whitelist,
+ * role, limit, request id or log: what any gateway of this shape pays before its first check
+ * (REDIS_URL, UPSTREAM_URL, PORT; listens on 127.0.0.1 only).
  */
 
 function required(name: string): string {

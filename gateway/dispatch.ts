@@ -78,14 +78,15 @@ export function routeDispatch(
   parameter: RegExp,
 ): RequestHandler {
   const table = new RouteTable(entries, decodedParameter(parameter));
-  // One 405 handler per path (the table returns the same `allowed` array for every request to it).
-  const refusals = new Map<readonly string[], RequestHandler>();
+  // One 405 handler per set of methods (as many as the table has paths at most).
+  const refusals = new Map<string, RequestHandler>();
   const refusalFor = (allowed: readonly string[]): RequestHandler => {
-    let refusal = refusals.get(allowed);
+    const key = allowed.join(' ');
+    let refusal = refusals.get(key);
     if (refusal === undefined) {
       // `OPTIONS` answers browsers' preflights on some paths; `Allow` names the route's methods.
       refusal = methodNotAllowed(allowed.filter((method) => method !== 'OPTIONS'));
-      refusals.set(allowed, refusal);
+      refusals.set(key, refusal);
     }
     return refusal;
   };
