@@ -11,8 +11,6 @@ export function requireOptional(
   feature: string,
 ): typeof import('rate-limit-redis');
 export function requireOptional(name: 'pg', feature: string): typeof import('pg');
-/** `cluster-key-slot` exports the function that maps a key to its slot (0 to 16383). */
-export function requireOptional(name: 'cluster-key-slot', feature: string): (key: string) => number;
 export function requireOptional(name: string, feature: string): unknown {
   try {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- loaded only when used

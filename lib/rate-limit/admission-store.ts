@@ -14,9 +14,10 @@ import type { LimiterRedis } from './window';
  * refused request counts nowhere, so every counter equals the requests it admitted.
  *
  * - In Redis: one script call (`EVALSHA`, `EVAL` once after `NOSCRIPT`) per request, through the
- *   limiter's `CommandBatch`, so the commands of one event-loop turn still leave as one pipeline
- *   under one deadline. The script reads every counter, then increments all of them or none. The
- *   keys of one call must share a Cluster hash slot: the caller tags them (`account:{id}`).
+ *   limiter's `CommandBatch`, so the commands of one event-loop turn still leave in one socket
+ *   write under one deadline. The script reads every counter, then increments all of them or
+ *   none. The keys of one call must share a Cluster hash slot: the caller tags them
+ *   (`account:{id}`).
  * - In memory (no Redis, or Redis unusable): the same check in one synchronous step over each
  *   scope's `CompactMemoryStore`; while Redis is unusable the local count is multiplied by
  *   `expectedInstances`, so N gateways admit about one limit between them.

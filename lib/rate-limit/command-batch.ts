@@ -5,10 +5,15 @@ import type { RedisCommandClient } from './redis-commands';
  * command timeout counted from its call.
  *
  * Every command called in one turn (the requests parsed in one poll phase, say) waits in a queue;
- * in the turn's check phase (`setImmediate`) the queue leaves as one ioredis `pipeline()`: one
- * socket write for all of them instead of one each. With a Cluster the queue is split by the node
- * that owns each command's first key (a pipeline must not span nodes); a command whose node is
- * not known yet is sent on its own.
+ * in the turn's check phase (`setImmediate`) the queue leaves with the client's own `call()`, the
+ * client's socket corked meanwhile (Node's `Writable#cork()`): one socket write for all of them
+ * instead of one each. With a Cluster the sockets of all its masters are corked, and ioredis routes
+ * each command to the master that owns its key, as for any command.
+ *
+ * Not an ioredis `pipeline()`: a pipeline is a large object per batch (its own command table, a
+ * promise and a result array on top of each command's), and at 1,000 requests a second its objects
+ * were most of what reached V8's old generation and brought on full collections (BENCHMARKS.md,
+ * "Corked writes instead of a pipeline"). Corking writes the same bytes in the same one write.
  *
  * One timer per batch instead of a timer and a `Promise.race` per command, armed when the first
  * command of the batch is called: no command waits longer than `timeoutMs` from its write, which
@@ -28,17 +33,22 @@ export class RedisTimeoutError extends Error {
   }
 }
 
-/** The part of an ioredis `Redis` or `Cluster` client the batch uses. */
-export interface BatchTarget {
-  readonly status: string;
-  /** A Cluster's slot table: the node keys (`host:port`) serving each slot, master first. */
-  readonly slots?: readonly (readonly string[])[];
-  call(command: string, ...args: string[]): Promise<unknown>;
-  pipeline(commands: string[][]): { exec(): Promise<[Error | null, unknown][] | null> };
+/** A socket that can hold writes back and send them as one (a Node `net.Socket` or `TLSSocket`). */
+export interface Corkable {
+  readonly writable: boolean;
+  cork(): void;
+  uncork(): void;
 }
 
-/** Maps a key to its cluster slot (0 to 16383). */
-export type KeySlot = (key: string) => number;
+/** The part of an ioredis `Redis` (single node or Sentinel) or `Cluster` client the batch uses. */
+export interface BatchTarget {
+  readonly status: string;
+  call(command: string, ...args: string[]): Promise<unknown>;
+  /** A `Redis` client's socket to its server (to its current master, with Sentinel). */
+  readonly stream?: Corkable;
+  /** A `Cluster`'s clients of its masters, one socket each. */
+  nodes?(role: 'master'): readonly { readonly stream?: Corkable }[];
+}
 
 interface Pending {
   readonly command: string;
@@ -107,8 +117,6 @@ export class CommandBatch implements RedisCommandClient {
   constructor(
     private readonly client: BatchTarget,
     private readonly timeoutMs: number,
-    /** Given for a Cluster: the slot of a key, to group a batch by node. */
-    private readonly keySlot?: KeySlot,
   ) {}
 
   get status(): string {
@@ -132,70 +140,39 @@ export class CommandBatch implements RedisCommandClient {
     this.batch = undefined;
     if (batch === undefined) return;
     batch.markWritten();
-    for (const group of this.groups(batch.commands)) {
-      try {
-        this.send(batch, group);
-      } catch (error) {
-        // A client that throws instead of rejecting: the callers get the error, never the process.
-        for (const pending of group) batch.settle(pending, error);
-      }
+    const { commands } = batch;
+    const sockets: readonly Corkable[] = commands.length > 1 ? this.sockets() : NO_SOCKETS;
+    for (const socket of sockets) socket.cork();
+    try {
+      for (const pending of commands) this.send(batch, pending);
+    } finally {
+      for (const socket of sockets) socket.uncork();
     }
   };
 
-  private groups(commands: Pending[]): Pending[][] {
-    if (this.keySlot === undefined || commands.length === 1) return [commands];
-    const byNode = new Map<string, Pending[]>();
-    const alone: Pending[][] = [];
-    for (const pending of commands) {
-      const node = this.nodeOf(pending);
-      if (node === undefined) {
-        alone.push([pending]);
-        continue;
-      }
-      const group = byNode.get(node);
-      if (group === undefined) byNode.set(node, [pending]);
-      else group.push(pending);
-    }
-    return [...byNode.values(), ...alone];
+  /** The sockets this turn's commands leave on: the client's, or each Cluster master's. */
+  private sockets(): Corkable[] {
+    const clients = this.client.nodes?.('master') ?? [this.client];
+    const sockets: Corkable[] = [];
+    for (const { stream } of clients) if (stream?.writable === true) sockets.push(stream);
+    return sockets;
   }
 
-  /** The node owning the first key of `EVALSHA`/`EVAL sha numkeys key …`, when known. */
-  private nodeOf(pending: Pending): string | undefined {
-    const name = pending.command.toUpperCase();
-    const key = pending.args[2];
-    if ((name !== 'EVALSHA' && name !== 'EVAL') || key === undefined) return undefined;
-    if (Number(pending.args[1]) < 1) return undefined;
-    return this.client.slots?.[this.keySlot?.(key) ?? -1]?.[0];
-  }
-
-  private send(batch: Batch, group: Pending[]): void {
-    const [only] = group;
-    if (group.length === 1 && only !== undefined) {
-      this.client.call(only.command, ...only.args).then(
+  private send(batch: Batch, pending: Pending): void {
+    try {
+      this.client.call(pending.command, ...pending.args).then(
         (value) => {
-          batch.settle(only, null, value);
+          batch.settle(pending, null, value);
         },
         (error: unknown) => {
-          batch.settle(only, error);
+          batch.settle(pending, error);
         },
       );
-      return;
+    } catch (error) {
+      // A client that throws instead of rejecting: the caller gets the error, never the process.
+      batch.settle(pending, error);
     }
-    // ioredis reads `[name, ...args]` as a call of the pipeline's method `name`: `call` sends any
-    // command by its name, as `client.call()` does.
-    const pipeline = this.client.pipeline(
-      group.map((pending) => ['call', pending.command, ...pending.args]),
-    );
-    pipeline.exec().then(
-      (results) => {
-        group.forEach((pending, index) => {
-          const [error, value] = results?.[index] ?? [new Error('Redis gave no reply'), undefined];
-          batch.settle(pending, error, value);
-        });
-      },
-      (error: unknown) => {
-        for (const pending of group) batch.settle(pending, error);
-      },
-    );
   }
 }
+
+const NO_SOCKETS: readonly Corkable[] = [];

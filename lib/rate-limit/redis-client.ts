@@ -103,12 +103,8 @@ export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisCo
     });
   }
   const health = new RedisHealth(client);
-  const keySlot =
-    options.clusterNodes === undefined
-      ? undefined
-      : requireOptional('cluster-key-slot', 'Redis Cluster limits');
   return {
-    client: new CommandBatch(client, timeoutMs, keySlot),
+    client: new CommandBatch(client, timeoutMs),
     health,
     close: async () => {
       client.disconnect();

@@ -3,6 +3,7 @@ import express from 'express';
 import { Redis } from 'ioredis';
 import request from 'supertest';
 import { errorHandler } from '../../lib/express/error-handler';
+import { CommandBatch } from '../../lib/rate-limit/command-batch';
 import { createRateLimiter, type RateLimiter } from '../../lib/express/limiter';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import type { SharedStoreState } from '../../lib/rate-limit/redis-health';
@@ -195,6 +196,39 @@ describeWithRedis('the rate limiter on a real Redis', () => {
     } finally {
       burstServer.close();
       burstLimiter.store.shutdown();
+    }
+  });
+
+  it("writes one turn's commands in one socket write and each caller gets its own reply", async () => {
+    const client = new Redis(redis.url, { enableAutoPipelining: false });
+    try {
+      await client.ping();
+      const socket = client.stream;
+      const corkedAtWrite: number[] = [];
+      const write = socket.write.bind(socket) as (chunk: unknown) => boolean;
+      socket.write = (chunk: unknown) => {
+        corkedAtWrite.push(socket.writableCorked);
+        return write(chunk);
+      };
+      const writev = jest.spyOn(
+        socket as unknown as { _writev: (chunks: unknown[], done: () => void) => void },
+        '_writev',
+      );
+      const batch = new CommandBatch(client, 1000);
+      const key = `${prefix}:batched`;
+      const replies = await Promise.all([
+        batch.call('INCR', key),
+        batch.call('INCR', key),
+        batch.call('GET', key),
+      ]);
+      expect(replies).toEqual([1, 2, '2']);
+      expect(corkedAtWrite).toEqual([1, 1, 1]);
+      expect(socket.writableCorked).toBe(0);
+      expect(writev).toHaveBeenCalledTimes(1);
+      expect(writev.mock.calls[0]?.[0]).toHaveLength(3);
+      await client.del(key);
+    } finally {
+      client.disconnect();
     }
   });
 

@@ -1,6 +1,7 @@
 import {
   type BatchTarget,
   CommandBatch,
+  type Corkable,
   RedisTimeoutError,
 } from '../../../lib/rate-limit/command-batch';
 
@@ -12,36 +13,60 @@ import {
 
 type Reply = [Error | null, unknown];
 
-/** A client that records every write and answers as `answer` says (never, if it returns undefined). */
+/** A socket that counts corks, as Node's `Writable` does: writes leave once every cork is undone. */
+class CountingSocket implements Corkable {
+  writable = true;
+  corked = 0;
+  uncorks = 0;
+  cork(): void {
+    this.corked += 1;
+  }
+  uncork(): void {
+    this.corked -= 1;
+    this.uncorks += 1;
+  }
+}
+
+/**
+ * A client that records every command with the sockets' state when it was written, and answers as
+ * `answer` says (never, if it returns undefined). With `masters`, it is shaped as a Cluster.
+ */
 class ScriptedClient implements BatchTarget {
   status = 'ready';
-  readonly writes: { via: 'call' | 'pipeline'; commands: string[][] }[] = [];
-  slots?: string[][];
+  readonly stream?: CountingSocket;
+  readonly masters?: { stream: CountingSocket }[];
+  readonly writes: { command: string[]; corked: boolean }[] = [];
   answer: (command: string[]) => Promise<Reply> | undefined = (command) =>
     Promise.resolve([null, `reply:${command.join(' ')}`]);
 
+  constructor(masters?: number) {
+    if (masters === undefined) this.stream = new CountingSocket();
+    else this.masters = Array.from({ length: masters }, () => ({ stream: new CountingSocket() }));
+  }
+
+  get sockets(): CountingSocket[] {
+    return this.masters?.map((master) => master.stream) ?? (this.stream ? [this.stream] : []);
+  }
+
+  nodes?(role: 'master'): readonly { stream: CountingSocket }[];
+
   call(command: string, ...args: string[]): Promise<unknown> {
-    this.writes.push({ via: 'call', commands: [[command, ...args]] });
+    const corked = this.sockets.every((socket) => socket.corked > 0);
+    this.writes.push({ command: [command, ...args], corked });
     const reply = this.answer([command, ...args]);
     if (reply === undefined) return new Promise(() => undefined);
     return reply.then(([error, value]) => (error === null ? value : Promise.reject(error)));
   }
+}
 
-  /** As ioredis reads it: `['call', name, ...args]` calls the pipeline's `call(name, ...args)`. */
-  pipeline(batch: string[][]): { exec(): Promise<Reply[] | null> } {
-    const commands = batch.map(([method, ...command]) => {
-      expect(method).toBe('call');
-      return command;
-    });
-    this.writes.push({ via: 'pipeline', commands });
-    return {
-      exec: () => {
-        const replies = commands.map((command) => this.answer(command));
-        if (replies.some((reply) => reply === undefined)) return new Promise(() => undefined);
-        return Promise.all(replies as Promise<Reply>[]);
-      },
-    };
-  }
+/** `ScriptedClient` shaped as an ioredis `Cluster`: `nodes('master')` gives its masters. */
+function scriptedCluster(masters: number): ScriptedClient {
+  const client = new ScriptedClient(masters);
+  client.nodes = (role) => {
+    expect(role).toBe('master');
+    return client.masters ?? [];
+  };
+  return client;
 }
 
 const settle = (promise: Promise<unknown>): Promise<{ value?: unknown; error?: unknown }> =>
@@ -52,7 +77,7 @@ const settle = (promise: Promise<unknown>): Promise<{ value?: unknown; error?: u
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 describe('CommandBatch', () => {
-  it('writes the commands called in one turn as one pipeline, each caller getting its own reply', async () => {
+  it('writes the commands called in one turn with the socket corked, each caller getting its own reply', async () => {
     const client = new ScriptedClient();
     const batch = new CommandBatch(client, 1000);
     const replies = Promise.all([
@@ -67,18 +92,14 @@ describe('CommandBatch', () => {
       'reply:GET c',
     ]);
     expect(client.writes).toEqual([
-      {
-        via: 'pipeline',
-        commands: [
-          ['EVALSHA', 'sha', '1', 'a'],
-          ['EVALSHA', 'sha', '1', 'b'],
-          ['GET', 'c'],
-        ],
-      },
+      { command: ['EVALSHA', 'sha', '1', 'a'], corked: true },
+      { command: ['EVALSHA', 'sha', '1', 'b'], corked: true },
+      { command: ['GET', 'c'], corked: true },
     ]);
+    expect(client.stream).toMatchObject({ corked: 0, uncorks: 1 });
   });
 
-  it('sends a lone command with call(), and commands of later turns in later writes', async () => {
+  it('writes a lone command without corking, and commands of later turns in later writes', async () => {
     const client = new ScriptedClient();
     const batch = new CommandBatch(client, 1000);
     expect(await batch.call('GET', 'a')).toBe('reply:GET a');
@@ -86,34 +107,45 @@ describe('CommandBatch', () => {
     await nextTurn();
     const third = batch.call('GET', 'c');
     expect(await Promise.all([second, third])).toEqual(['reply:GET b', 'reply:GET c']);
-    expect(client.writes.map((write) => write.via)).toEqual(['call', 'call', 'call']);
+    expect(client.writes.map((write) => write.corked)).toEqual([false, false, false]);
+    expect(client.stream).toMatchObject({ corked: 0, uncorks: 0 });
   });
 
-  it('fails only the command whose reply is an error, and every command when the write fails', async () => {
+  it('does not cork a socket that cannot be written, nor a client without one', async () => {
+    const closed = new ScriptedClient();
+    if (closed.stream) closed.stream.writable = false;
+    const bare: BatchTarget = {
+      status: 'ready',
+      call: (command, ...args) => Promise.resolve([command, ...args].join(' ')),
+    };
+    const [closedBatch, bareBatch] = [new CommandBatch(closed, 1000), new CommandBatch(bare, 1000)];
+    expect(
+      await Promise.all([
+        closedBatch.call('GET', 'a'),
+        closedBatch.call('GET', 'b'),
+        bareBatch.call('GET', 'c'),
+        bareBatch.call('GET', 'd'),
+      ]),
+    ).toEqual(['reply:GET a', 'reply:GET b', 'GET c', 'GET d']);
+    expect(closed.stream).toMatchObject({ corked: 0, uncorks: 0 });
+  });
+
+  it('fails only the command whose reply is an error or whose write fails', async () => {
     const client = new ScriptedClient();
     const batch = new CommandBatch(client, 1000);
     const noScript = new Error('NOSCRIPT No matching script');
-    client.answer = (command) =>
-      Promise.resolve(command[3] === 'b' ? [noScript, undefined] : [null, command[3]]);
-    const [a, b] = await Promise.all([
+    const closed = new Error('Connection is closed.');
+    client.answer = (command) => {
+      if (command[3] === 'b') return Promise.resolve([noScript, undefined]);
+      if (command[3] === 'c') return Promise.reject(closed);
+      return Promise.resolve([null, command[3]]);
+    };
+    const results = await Promise.all([
       settle(batch.call('EVALSHA', 'sha', '1', 'a')),
       settle(batch.call('EVALSHA', 'sha', '1', 'b')),
+      settle(batch.call('EVALSHA', 'sha', '1', 'c')),
     ]);
-    expect([a, b]).toEqual([{ value: 'a' }, { error: noScript }]);
-
-    const closed = new Error('Connection is closed.');
-    client.pipeline = (commands) => {
-      client.writes.push({
-        via: 'pipeline',
-        commands: commands.map((command) => command.slice(1)),
-      });
-      return { exec: () => Promise.reject(closed) };
-    };
-    const failed = await Promise.all([
-      settle(batch.call('GET', 'x')),
-      settle(batch.call('GET', 'y')),
-    ]);
-    expect(failed).toEqual([{ error: closed }, { error: closed }]);
+    expect(results).toEqual([{ value: 'a' }, { error: noScript }, { error: closed }]);
   });
 
   it('fails unanswered commands with RedisTimeoutError once the deadline from the first call has passed', async () => {
@@ -167,48 +199,35 @@ describe('CommandBatch', () => {
     expect(await settle(pending)).toEqual({ value: 'a' });
   });
 
-  it('gives the callers the error of a client that throws instead of rejecting', async () => {
+  it('gives a caller the error of a client that throws instead of rejecting, writes the rest and uncorks', async () => {
     const client = new ScriptedClient();
     const broken = new TypeError('not a command');
-    client.pipeline = () => {
-      throw broken;
+    const call = client.call.bind(client);
+    client.call = (command, ...args) => {
+      if (command === 'BAD') throw broken;
+      return call(command, ...args);
     };
     const batch = new CommandBatch(client, 1000);
     expect(
-      await Promise.all([settle(batch.call('GET', 'a')), settle(batch.call('GET', 'b'))]),
-    ).toEqual([{ error: broken }, { error: broken }]);
+      await Promise.all([
+        settle(batch.call('BAD', 'a')),
+        settle(batch.call('GET', 'b')),
+        settle(batch.call('BAD', 'c')),
+      ]),
+    ).toEqual([{ error: broken }, { value: 'reply:GET b' }, { error: broken }]);
+    expect(client.stream).toMatchObject({ corked: 0, uncorks: 1 });
   });
 
-  it('with a Cluster slot table, writes one pipeline per node and a command of no known node alone', async () => {
-    const client = new ScriptedClient();
-    client.slots = [['n1:1', 'r1:1'], ['n2:1'], ['n1:1']];
-    const slotOf: Record<string, number> = { a: 0, b: 1, c: 2, d: 7 };
-    const batch = new CommandBatch(client, 1000, (key) => slotOf[key] ?? 0);
+  it('with a Cluster, corks every master while the turn is written and leaves the routing to the client', async () => {
+    const client = scriptedCluster(3);
+    const batch = new CommandBatch(client, 1000);
     const replies = await Promise.all([
       batch.call('EVALSHA', 'sha', '1', 'a'),
       batch.call('EVALSHA', 'sha', '1', 'b'),
-      batch.call('EVALSHA', 'sha', '1', 'c'),
-      batch.call('EVALSHA', 'sha', '1', 'd'),
       batch.call('PING'),
     ]);
-    expect(replies).toEqual([
-      'reply:EVALSHA sha 1 a',
-      'reply:EVALSHA sha 1 b',
-      'reply:EVALSHA sha 1 c',
-      'reply:EVALSHA sha 1 d',
-      'reply:PING',
-    ]);
-    expect(client.writes).toEqual([
-      {
-        via: 'pipeline',
-        commands: [
-          ['EVALSHA', 'sha', '1', 'a'],
-          ['EVALSHA', 'sha', '1', 'c'],
-        ],
-      },
-      { via: 'call', commands: [['EVALSHA', 'sha', '1', 'b']] },
-      { via: 'call', commands: [['EVALSHA', 'sha', '1', 'd']] },
-      { via: 'call', commands: [['PING']] },
-    ]);
+    expect(replies).toEqual(['reply:EVALSHA sha 1 a', 'reply:EVALSHA sha 1 b', 'reply:PING']);
+    expect(client.writes.map((write) => write.corked)).toEqual([true, true, true]);
+    for (const socket of client.sockets) expect(socket).toMatchObject({ corked: 0, uncorks: 1 });
   });
 });
