@@ -17,6 +17,7 @@ import {
   type ScopeDefinition,
   type ScopeUsage,
   type SecurityEvent,
+  type SharedStoreState,
   type TokenService,
   tollgate,
 } from '../lib';
@@ -113,9 +114,13 @@ export function createApp(options: AppOptions): GatewayApp {
     upstream: () => probe.state,
     ready: () => readiness.report().ready,
   });
-  options.redis?.health.on('change', (state) => {
-    metrics.rateLimitsChanged(state, options.redis?.health.degradedAt);
-  });
+  let redisReason: string | undefined;
+  const health = options.redis?.health;
+  const reportRateLimits = (state: SharedStoreState, reason?: string): void => {
+    metrics.rateLimitsChanged(state, health?.degradedAt);
+    redisReason = state === 'degraded' ? reason : undefined;
+  };
+  health?.on('change', reportRateLimits);
   const accessLog = createAccessLog({
     logger,
     loggablePath: createPathRedactor({ keyStore: options.keyStore }),
@@ -159,10 +164,6 @@ export function createApp(options: AppOptions): GatewayApp {
     },
   });
   const rateLimitState = (): 'memory' | 'shared' | 'degraded' => gate.rateLimitState();
-  let redisReason: string | undefined;
-  options.redis?.health.on('change', (state, reason) => {
-    redisReason = state === 'degraded' ? reason : undefined;
-  });
   let upstreamUp: boolean | undefined;
   const probe = new UpstreamProbe({
     upstreamUrl: options.upstreamUrl,
@@ -262,6 +263,8 @@ export function createApp(options: AppOptions): GatewayApp {
     gate.usage(accountId, accountLimits);
   return Object.assign(app, {
     shutdown: () => {
+      // The Redis client and its health outlive the app (the caller owns them).
+      health?.off('change', reportRateLimits);
       gate.close();
       proxy.close();
       void probe.close();

@@ -31,7 +31,8 @@ export function series(handlers: readonly RequestHandler[]): RequestHandler {
   return function seriesHandler(req: Request, res: Response, next: NextFunction): void {
     let index = 0;
     const step = (error?: unknown): void => {
-      if (error !== undefined && error !== null) {
+      // Express's router takes any falsy value given to `next` (`false`, `0`, `''`) as none.
+      if (error) {
         next(error);
         return;
       }

@@ -276,6 +276,19 @@ describeWithRedis('the rate limiter on a real Redis', () => {
     }
   });
 
+  it('leaves no listener on the Redis connection it shares once the gateway app is shut down', async () => {
+    const before = connection.health.listenerCount('change');
+    for (let n = 0; n < 3; n++) {
+      const gateway = await startTestGateway({
+        redis: connection,
+        redisPrefix: uniquePrefix('off'),
+      });
+      expect(connection.health.listenerCount('change')).toBeGreaterThan(before);
+      await gateway.close();
+    }
+    expect(connection.health.listenerCount('change')).toBe(before);
+  });
+
   it('keeps Redis keys to the prefix, the scope and the account id or client IP, never a credential', async () => {
     const gatewayPrefix = uniquePrefix('keys');
     const gateway = await startTestGateway({ redis: connection, redisPrefix: gatewayPrefix });

@@ -79,6 +79,21 @@ describe('series', () => {
     ).toEqual([['route']]);
   });
 
+  it('goes on past a falsy value given to next, as Express does', () => {
+    for (const nothing of [undefined, null, false, 0, '']) {
+      expect(
+        run(
+          series([
+            step('a', (next) => {
+              next(nothing);
+            }),
+            step('b'),
+          ]),
+        ),
+      ).toEqual({ ran: ['a', 'b'], next: [[]] });
+    }
+  });
+
   it('stops where a handler answers without calling next', () => {
     expect(run(series([step('a', () => undefined), step('b')]))).toEqual({
       ran: ['a'],
