@@ -13,7 +13,10 @@ import { identityHeaders, UpstreamError } from '../lib';
 export interface ProxyOptions {
   /** Base URL of the upstream, e.g. `http://127.0.0.1:8090`; a path prefix is kept. */
   upstreamUrl: string;
-  /** No answer within this many ms: 504. */
+  /**
+   * No answer's head within this many ms of the dispatch: 504. Once the head is out, no body chunk
+   * for this long (the client holding the stream back does not count): the connection is cut.
+   */
   timeoutMs: number;
   /** The publishable-key header, stripped like `Authorization`. */
   publicKeyHeader: string;
@@ -81,8 +84,11 @@ export function createProxy(options: ProxyOptions): Proxy {
   const pool = new Pool(base.origin, {
     connections: options.maxSockets ?? 256,
     pipelining: 1,
-    headersTimeout: options.timeoutMs,
-    bodyTimeout: options.timeoutMs,
+    // Each exchange keeps its own deadline (`UpstreamExchange`). undici's own are fast timers of
+    // half-second resolution: a 300 ms timeout fired after about 950 ms, and a cleared one stays
+    // in undici's list until its next sweep, long enough to reach V8's old generation.
+    headersTimeout: 0,
+    bodyTimeout: 0,
     connectTimeout: Math.min(options.timeoutMs, 10_000),
   });
   const stripped = new Set([...STRIPPED_REQUEST_HEADERS, options.publicKeyHeader.toLowerCase()]);
@@ -129,8 +135,8 @@ export function createProxy(options: ProxyOptions): Proxy {
   };
 }
 
-/** What an exchange tells the metrics. */
-type ExchangeObservers = Pick<ProxyOptions, 'onAnswer' | 'onFailure'>;
+/** An exchange's deadline, and what it tells the metrics. */
+type ExchangeOptions = Pick<ProxyOptions, 'timeoutMs' | 'onAnswer' | 'onFailure'>;
 
 /**
  * One request's exchange with the upstream, on undici's dispatch API: the answer's head is written
@@ -145,22 +151,55 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   /** `waiting` for the answer's head, `streaming` its body, `over` once answered or failed. */
   private state: 'waiting' | 'streaming' | 'over' = 'waiting';
   private readonly started = performance.now();
+  /** The client is holding the body back (`write()` said wait): the upstream is not idle. */
+  private paused = false;
+  /**
+   * One native timer per exchange: until the answer's head, then between body chunks (refreshed,
+   * never re-created). Cleared when the exchange ends, so it dies young.
+   */
+  private readonly deadline: NodeJS.Timeout;
 
   constructor(
     private readonly res: Response,
     private readonly next: NextFunction,
-    private readonly observers: ExchangeObservers,
+    private readonly options: ExchangeOptions,
   ) {
     // A client that hangs up cancels its upstream request instead of holding a pooled connection,
     // whether it is still queued for a connection, waiting for the answer or streaming it.
     res.once('close', this.clientClosed);
+    this.deadline = setTimeout(this.timedOut, options.timeoutMs);
   }
 
   private readonly clientClosed = (): void => {
     if (this.res.writableFinished) return;
-    this.state = 'over';
+    this.end();
     this.controller?.abort(clientGone());
   };
+
+  private readonly timedOut = (): void => {
+    if (this.state === 'waiting') {
+      this.end();
+      this.controller?.abort(upstreamTimedOut());
+      if (this.res.destroyed) return;
+      this.options.onFailure?.('timeout');
+      this.next(new UpstreamError('timeout'));
+    } else if (this.state === 'streaming') {
+      if (this.paused) {
+        this.deadline.refresh();
+        return;
+      }
+      // The head is out: the client can only be told by the connection closing.
+      this.end();
+      this.controller?.abort(upstreamTimedOut());
+      this.res.destroy();
+    }
+  };
+
+  /** No more to do for this exchange: later events from undici are ignored. */
+  private end(): void {
+    this.state = 'over';
+    clearTimeout(this.deadline);
+  }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
@@ -178,7 +217,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
       this.fail(controller, 'unavailable');
       return;
     }
-    this.observers.onAnswer?.((performance.now() - this.started) / 1000);
+    this.options.onAnswer?.((performance.now() - this.started) / 1000);
     const namedByUpstream = connectionTokens(upstreamHeaders.connection);
     // Every header is checked before any is set: one Node would refuse (a character it forbids)
     // leaves none of the upstream's headers on the 502 that answers instead.
@@ -204,13 +243,19 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     }
     this.res.writeHead(statusCode);
     this.state = 'streaming';
+    this.deadline.refresh();
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.state !== 'streaming') return;
+    this.deadline.refresh();
     if (!this.res.write(chunk)) {
+      this.paused = true;
       controller.pause();
       this.res.once('drain', () => {
+        this.paused = false;
+        if (this.state !== 'streaming') return;
+        this.deadline.refresh();
         controller.resume();
       });
     }
@@ -218,27 +263,27 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   onResponseEnd(): void {
     if (this.state !== 'streaming') return;
-    this.state = 'over';
+    this.end();
     this.res.end();
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     const { state } = this;
-    this.state = 'over';
+    this.end();
     if (state === 'streaming') {
       // The head is out: the client can only be told by the connection closing.
       this.res.destroy();
     } else if (state === 'waiting' && !this.res.destroyed) {
-      const kind = isTimeout(error) ? 'timeout' : 'unavailable';
-      this.observers.onFailure?.(kind);
+      const kind = isConnectTimeout(error) ? 'timeout' : 'unavailable';
+      this.options.onFailure?.(kind);
       this.next(new UpstreamError(kind));
     }
   }
 
   private fail(controller: Dispatcher.DispatchController, kind: 'unavailable'): void {
-    this.state = 'over';
+    this.end();
     controller.abort(new Error('the upstream answer cannot be forwarded'));
-    this.observers.onFailure?.(kind);
+    this.options.onFailure?.(kind);
     this.next(new UpstreamError(kind));
   }
 }
@@ -248,16 +293,16 @@ function clientGone(): Error {
   return new Error('the client closed its connection');
 }
 
-const TIMEOUT_CODES: ReadonlySet<string> = new Set([
-  'UND_ERR_HEADERS_TIMEOUT',
-  'UND_ERR_BODY_TIMEOUT',
-  'UND_ERR_CONNECT_TIMEOUT',
-]);
+/** The reason an exchange is aborted with when the upstream ran out of time (made only then). */
+function upstreamTimedOut(): Error {
+  return new Error('the upstream did not answer in time');
+}
 
-function isTimeout(error: unknown): boolean {
+/** undici's own connect timeout (`connectTimeout`); the exchange's deadline covers the rest. */
+function isConnectTimeout(error: unknown): boolean {
   const code =
     typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
-  return typeof code === 'string' && TIMEOUT_CODES.has(code);
+  return code === 'UND_ERR_CONNECT_TIMEOUT';
 }
 
 /**

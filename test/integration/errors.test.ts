@@ -1,3 +1,4 @@
+import http from 'node:http';
 import request from 'supertest';
 import { createApp } from '../../gateway/app';
 import { DEFAULT_LIMITS } from '../../gateway/config';
@@ -408,8 +409,99 @@ describe('upstream failures', () => {
     const started = Date.now();
     const result = await gateway.send(wallets());
     expectErrorBody(result, { status: 504, code: 'upstream_timeout' });
+    // Within the timeout, not at the next tick of a coarse timer (undici's own fired after ~950 ms).
     expect(Date.now() - started).toBeGreaterThanOrEqual(upstreamTimeoutMs - 20);
+    expect(Date.now() - started).toBeLessThan(upstreamTimeoutMs + 400);
     expect(gateway.upstream.requests.length).toBe(1);
+  });
+
+  /** GET `path` on the gateway, read to the end or to the connection's close, timed. */
+  const readWhole = (
+    path: string,
+    headers: Record<string, string>,
+  ): Promise<{ status: number; body: string; complete: boolean; ms: number }> =>
+    new Promise((resolve, reject) => {
+      const started = Date.now();
+      http
+        .get(`${gateway.url}${path}`, { headers, agent: false }, (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => (body += chunk));
+          res.on('error', () => undefined);
+          res.on('close', () => {
+            resolve({
+              status: res.statusCode ?? 0,
+              body,
+              complete: res.complete,
+              ms: Date.now() - started,
+            });
+          });
+        })
+        .on('error', reject);
+    });
+
+  it(`cuts the connection when the upstream's body stalls for ${upstreamTimeoutMs} ms after its head, and keeps serving`, async () => {
+    gateway.upstream.respond = (_request, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.write('first part');
+    };
+    const { headers } = wallets();
+    const stalled = await readWhole('/api/v1/wallets/', headers as Record<string, string>);
+    expect(stalled).toMatchObject({ status: 200, body: 'first part', complete: false });
+    expect(stalled.ms).toBeGreaterThanOrEqual(upstreamTimeoutMs - 20);
+    expect(stalled.ms).toBeLessThan(upstreamTimeoutMs + 400);
+
+    gateway.upstream.reset();
+    expect((await gateway.send(wallets())).status).toBe(200);
+  });
+
+  it(`streams a body whose chunks come less than ${upstreamTimeoutMs} ms apart, however long it takes in all`, async () => {
+    const chunks = 6;
+    const gapMs = upstreamTimeoutMs / 3;
+    gateway.upstream.respond = (_request, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      let sent = 0;
+      const timer = setInterval(() => {
+        sent += 1;
+        res.write(`chunk ${sent};`);
+        if (sent === chunks) {
+          clearInterval(timer);
+          res.end();
+        }
+      }, gapMs);
+    };
+    const { headers } = wallets();
+    const slow = await readWhole('/api/v1/wallets/', headers as Record<string, string>);
+    expect(slow).toMatchObject({
+      status: 200,
+      complete: true,
+      body: Array.from({ length: chunks }, (_, n) => `chunk ${n + 1};`).join(''),
+    });
+    expect(slow.ms).toBeGreaterThan(upstreamTimeoutMs);
+  });
+
+  it(`does not cut a body the client holds back for longer than ${upstreamTimeoutMs} ms`, async () => {
+    const body = Buffer.alloc(16 * 1024 * 1024, 'x');
+    gateway.upstream.respond = (_request, res) => {
+      res.writeHead(200, { 'content-type': 'text/plain', 'content-length': body.length });
+      res.end(body);
+    };
+    const { headers } = wallets();
+    const received = await new Promise<{ bytes: number; complete: boolean }>((resolve, reject) => {
+      http
+        .get(`${gateway.url}/api/v1/wallets/`, { headers, agent: false }, (res) => {
+          let bytes = 0;
+          res.pause();
+          setTimeout(() => res.resume(), upstreamTimeoutMs * 2);
+          res.on('data', (chunk: Buffer) => (bytes += chunk.length));
+          res.on('error', () => undefined);
+          res.on('close', () => {
+            resolve({ bytes, complete: res.complete });
+          });
+        })
+        .on('error', reject);
+    });
+    expect(received).toEqual({ bytes: body.length, complete: true });
   });
 
   it('answers 502 upstream_unavailable when the upstream is not listening, and /healthz still answers', async () => {
