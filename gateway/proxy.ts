@@ -203,7 +203,8 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
-    if (this.state === 'over') controller.abort(clientGone());
+    // Over while it waited in the pool's queue: the client hung up, or the deadline passed.
+    if (this.state === 'over') controller.abort(endedBeforeSent());
   }
 
   onResponseStart(
@@ -291,6 +292,11 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 /** The reason an exchange is aborted with when its client hung up (made only then). */
 function clientGone(): Error {
   return new Error('the client closed its connection');
+}
+
+/** The reason a request is aborted with when its exchange ended before undici sent it. */
+function endedBeforeSent(): Error {
+  return new Error('the exchange ended before the request was sent');
 }
 
 /** The reason an exchange is aborted with when the upstream ran out of time (made only then). */
