@@ -46,7 +46,7 @@ export class TollgateError extends Error {
   }
 }
 
-/** The body of every error (contract 7): `{"status", "code", "message", "request_id"}`. */
+/** The JSON body of every error: `{"status", "code", "message", "request_id"}`. */
 export function errorBody(
   error: TollgateError,
   requestId: string | undefined,
@@ -57,7 +57,7 @@ export function errorBody(
     message: error.message,
     request_id: requestId ?? null,
   };
-  // Contract 16: a 429 names the limit that refused.
+  // A 429 names the limit that refused, so a client knows which budget it spent.
   return error instanceof RateLimitedError && error.scope !== undefined
     ? { ...body, scope: error.scope }
     : body;
@@ -117,7 +117,7 @@ export class InsufficientRoleError extends TollgateError {
   }
 }
 
-/** A restricted key without the route's permission (contract 16). */
+/** A restricted key without the route's permission. */
 export class InsufficientPermissionError extends TollgateError {
   override readonly name = 'InsufficientPermissionError';
   constructor(required: string) {
@@ -139,9 +139,8 @@ export class MethodNotAllowedError extends TollgateError {
   }
 }
 
-/** A key-management write that the key store cannot take (contract 13): a keys file is read-only. */
 /**
- * A dashboard change (contract 15) made with the session cookie from another origin, or without the
+ * A dashboard change made with the session cookie from another origin, or without the
  * page's CSRF token: refused before any other check.
  */
 export class ForbiddenOriginError extends TollgateError {
@@ -155,6 +154,7 @@ export class ForbiddenOriginError extends TollgateError {
   }
 }
 
+/** A key-management write that the key store cannot take: a keys file is read-only. */
 export class ConflictError extends TollgateError {
   override readonly name = 'ConflictError';
   constructor(message: string) {
@@ -190,7 +190,7 @@ export class RateLimitedError extends TollgateError {
     readonly retryAfterSeconds: number,
     /** Further headers of the refusal, e.g. the limit's `RateLimit` and `RateLimit-Policy`. */
     headers: Readonly<Record<string, string>> = {},
-    /** The limit that refused (contract 16): named in the body as `scope`. */
+    /** The limit that refused: named in the body as `scope`. */
     readonly scope?: string,
   ) {
     super(429, 'rate_limited', 'Too many requests', {

@@ -17,9 +17,9 @@ export interface AuthContext {
   readonly tokenId?: string;
   /** The account's whitelist; `undefined` when its secret-key requests are not restricted. */
   readonly ipWhitelist?: IpWhitelist | undefined;
-  /** The account's own limits per scope (contract 16); `undefined`: the defaults. */
+  /** The account's own limits per scope; `undefined`: the defaults. */
   readonly limits?: Readonly<Record<string, number>> | undefined;
-  /** The key's permissions when it is restricted (contract 16); `undefined`: not restricted. */
+  /** The key's permissions when it is restricted; `undefined`: not restricted. */
   readonly permissions?: ReadonlySet<string> | undefined;
 }
 

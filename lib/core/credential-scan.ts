@@ -3,7 +3,7 @@ import type { KeyStore } from '../keys/key-store';
 
 /**
  * Finding credentials in text that must not hold one (query values, path segments bound for a log
- * line), in time linear in the text (contract 14.3): a single pass, no backtracking, so an input
+ * line), in time linear in the text: a single pass, no backtracking, so an input
  * full of `eyJ` or `.` costs what a plain one of the same length does.
  */
 
@@ -65,7 +65,7 @@ export const REDACTED = '[redacted]';
 const MAX_SEGMENTS_PER_KEY = 4;
 
 /**
- * Returns a function that makes a request path fit for a log line (contract 14.10): each segment,
+ * Returns a function that makes a request path fit for a log line: each segment,
  * percent-decoded, that holds a typed secret key or a token, or that is a known key of the store
  * (looked up by digest), is replaced by `[redacted]`, and so is a run of up to four segments that
  * is a known key holding `/`. The result is capped, and nothing past the cap is looked at: the cost

@@ -122,7 +122,8 @@ function bodyPublicKey(body: unknown): string | undefined {
 /**
  * The credential check of `authenticate()` without Express or the failure budget: finds the
  * request's one credential, checks that the route accepts its kind, and resolves it to the key's
- * identity, or throws the contract's error. Options are validated once, here.
+ * identity, or throws the `TollgateError` its refusal is answered with. Options are validated
+ * once, here.
  */
 export function credentialResolver(
   options: Omit<AuthenticateOptions, 'authFailures'>,
@@ -211,8 +212,9 @@ function authenticateSecretKey(
 
 /**
  * A Bearer value of the token shape is a token, unless it fails as one and is the secret key of
- * another tool that happens to contain two dots (the contract: any key whose digest is in the file
- * authenticates, whatever its shape). Only then is it looked up as a secret key.
+ * another tool that happens to contain two dots (any key whose digest is in the key store
+ * authenticates, whatever its shape, so keys made by other tools keep working). Only then is it
+ * looked up as a secret key.
  */
 function authenticateTokenOrKey(
   value: string,
@@ -223,7 +225,8 @@ function authenticateTokenOrKey(
     if (usable(config.keyStore.findBySecretKey(value)) !== undefined) {
       return authenticateSecretKey(value, req, config);
     }
-    // A guess of the token shape is a wrong credential like any other (counted, contract 14.1);
+    // A guess of the token shape is a wrong credential like any other (counted against the
+    // failed-authentication budget);
     // only a real token is told that this route does not take tokens.
     if (config.tokens === undefined) throw new AuthenticationError('invalid_api_key');
     config.tokens.verify(value);
@@ -246,7 +249,7 @@ function authenticateToken(token: string, config: ResolvedOptions): AuthContext 
   if (config.tokens === undefined) throw new AuthenticationError('invalid_token');
   const claims = config.tokens.verify(token);
   const key = usable(config.keyStore.findById(claims.keyId));
-  // A token dies with its key: revoked, expired or moved to another account (contract 13).
+  // A token dies with its key: revoked, expired or moved to another account.
   if (key?.accountId !== claims.accountId || isExpired(key, Date.now())) {
     throw new AuthenticationError('invalid_token');
   }
@@ -281,7 +284,7 @@ function usable(key: KeyRecord | undefined): KeyRecord | undefined {
   return key === undefined || key.revoked ? undefined : key;
 }
 
-/** `key`, or `401 expired_api_key` once it is past its `expiresAt` (contract 13). */
+/** `key`, or `401 expired_api_key` once it is past its `expiresAt`. */
 export function unexpired(key: KeyRecord): KeyRecord {
   if (isExpired(key, Date.now())) throw new AuthenticationError('expired_api_key');
   return key;

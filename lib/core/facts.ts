@@ -13,7 +13,7 @@ export interface RequestFacts {
   readonly headersDistinct: NodeJS.Dict<string[]>;
   /** The parsed JSON body, for routes that read one (a publishable key or a key pair in it). */
   readonly body?: unknown;
-  /** The canonical client address (contract 10). */
+  /** The canonical client address (an IPv4-mapped IPv6 address as its IPv4 form). */
   readonly clientIp?: string | undefined;
   /** For logs and security events. */
   readonly requestId?: string | undefined;

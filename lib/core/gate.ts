@@ -37,14 +37,14 @@ import { AdmissionStore } from '../rate-limit/admission-store';
  *
  * 1. credentials in the query string: `400`;
  * 2. the failed-authentication budget, checked and counted in the same synchronous step as the
- *    comparison of the credential (contract 14.1);
+ *    comparison of the credential, so no concurrent request slips a guess past a spent budget;
  * 3. the credential, against the key store as it is now (revocations and role changes apply to
  *    tokens already issued);
  * 4. the account's IP whitelist (a refusal counts against the budget), then the route's role, then
- *    its permission, which a restricted key must hold (contract 16; publishable keys, which only
+ *    its permission, which a restricted key must hold (publishable keys, which only
  *    browser-safe routes take, are never restricted);
- * 5. the limits, all or nothing in one store call (contract 16): a publishable key's cap per
- *    client IP (contract 8, counted per account and IP) and the route's scope; a refusal by one
+ * 5. the limits, all or nothing in one store call: a publishable key's cap per client IP
+ *    (counted per account and IP) and the route's scope; a refusal by one
  *    spends none of the others;
  * 6. shadow mode: a limit scope or an account's whitelist in shadow adds a finding to an allowed
  *    decision instead of refusing (never credentials, roles or the failed-authentication budget).
@@ -88,7 +88,7 @@ export interface GateOptions<S extends Scopes = Scopes> {
    */
   readonly shadow?: ShadowOptions | undefined;
   /**
-   * Permission names a route may require besides the contract's seven (`wallets:read`, …), each
+   * Permission names a route may require besides the seven built-in ones (`wallets:read`, …), each
    * `resource:action`; at most 16 in all. Give the key store the same (its `permissions` option).
    * Defaults to none.
    */
@@ -118,7 +118,7 @@ export interface RoutePolicy<Name extends string = string> {
   /** The lowest role allowed. Defaults to none (every authenticated key). */
   readonly role?: Role | undefined;
   /**
-   * The permission a restricted key must hold (contract 16), checked after the role; keys without
+   * The permission a restricted key must hold, checked after the role; keys without
    * a list, and publishable keys, are not restricted. Defaults to none.
    */
   readonly permission?: string | undefined;
@@ -126,7 +126,7 @@ export interface RoutePolicy<Name extends string = string> {
   readonly limit: Name;
   /**
    * A per-IP scope that requests made with a publishable key also count against, per account and
-   * client IP, so one browser cannot spend the account's whole `limit` (contract 8); both are
+   * client IP, so one browser cannot spend the account's whole `limit`; both are
    * admitted all or nothing. `limit` must then count per account. Defaults to none.
    */
   readonly publishableLimit?: Name | undefined;
@@ -183,14 +183,15 @@ export interface Gate<Name extends string = string> {
   decide(facts: RequestFacts, policy: CompiledPolicy): Promise<Decision>;
   /**
    * The refusal due before the body is read, when the client's failure budget is spent
-   * (contract 14.1), as a decision (observers see it); `undefined` when `decide()` may run.
+   * (so a correct credential read later is refused like a wrong one), as a decision (observers
+   * see it); `undefined` when `decide()` may run.
    */
   refuseEarly(facts: RequestFacts, policy: CompiledPolicy): Decision | undefined;
   /** Where limits are counted now. */
   rateLimitState(): 'memory' | 'shared' | 'degraded';
   /**
    * An account's use of every per-account scope in the current window, read from the counters
-   * that decide (Redis, or memory while it is unusable) without spending any (contract 16).
+   * that decide (Redis, or memory while it is unusable) without spending any.
    * `limits`: the account's overrides, as a key of the account carries them.
    */
   usage(accountId: string, limits?: AccountLimits): Promise<ScopeUsage[]>;
@@ -494,7 +495,7 @@ function assertPermissionNames(keyStore: KeyStore, names: readonly string[]): vo
   }
 }
 
-/** A refusal of the contract (4xx), as opposed to a fault. */
+/** A refusal (4xx) answered to the client, as opposed to a fault. */
 function isRefusal(error: unknown): error is TollgateError {
   return error instanceof TollgateError && error.status < 500;
 }

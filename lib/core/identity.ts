@@ -1,8 +1,8 @@
 import type { AuthContext } from '../types';
 
 /**
- * The identity headers an upstream receives for an allowed request (contract 9), from the gateway's
- * own proxy or from a reverse proxy that asked the forward-auth door (contract 12). A client's own
+ * The identity headers an upstream receives for an allowed request, from the gateway's own proxy
+ * or from a reverse proxy that asked the forward-auth door. A client's own
  * copies of them are never passed on.
  */
 export const IDENTITY_HEADERS = [

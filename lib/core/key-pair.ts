@@ -24,7 +24,8 @@ export interface KeyPairResolverOptions {
 
 /**
  * The key-pair check of `authenticateKeyPair()` without Express or the failure budget: reads the
- * pair from the parsed body and resolves it to the key's identity, or throws the contract's error.
+ * pair from the parsed body and resolves it to the key's identity, or throws the `TollgateError`
+ * its refusal is answered with.
  */
 export function keyPairResolver(
   options: KeyPairResolverOptions,

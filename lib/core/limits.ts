@@ -20,7 +20,7 @@ export type AccountLimits = Readonly<Record<string, number>>;
  * the real reset. Each request carries its own limit: the account's override, else the scope's.
  *
  * Keys: `account:{<account id>}` for a per-account scope and `ip:<address or /56>` for a per-IP
- * one; the per-IP cap on publishable keys (contract 8) counts per account and client IP,
+ * one; the per-IP cap on publishable keys counts per account and client IP,
  * `account:{<account id>}:ip:<address>`, under the account's Redis Cluster hash tag, so every key
  * of one request is in one slot and one script call checks them all.
  */
@@ -123,7 +123,7 @@ export class ScopeCounter {
     this.counters = this.store.countersFor(`${options.prefix}${name}:`);
   }
 
-  /** The limit of this scope for this request: the account's own (contract 16), else the scope's. */
+  /** The limit of this scope for this request: the account's own, else the scope's. */
   limitFor(auth: Pick<AuthContext, 'limits'> | undefined): number {
     return auth?.limits?.[this.name] ?? this.limit;
   }
@@ -209,7 +209,7 @@ function partitionKey(key: string): string {
 /** One limit a request meets, compiled once per route policy. */
 export interface LimitUse {
   readonly scope: ScopeCounter;
-  /** Counted per account and client IP: the per-IP cap on publishable keys (contract 8). */
+  /** Counted per account and client IP: the per-IP cap on publishable keys. */
   readonly perAccountIp: boolean;
   /** `false` for a scope in shadow mode: counted as if enforced, its refusal refuses nothing. */
   readonly enforced: boolean;
@@ -224,7 +224,8 @@ export interface LimitFinding {
 
 /**
  * Admits a request against every limit it meets, all or nothing, in one call of `store`: it
- * counts in every limit only if each enforced one has room, and in none otherwise (contract 16).
+ * counts in every limit only if each enforced one has room, and in none otherwise, so a request
+ * refused by one limit spends none of the others.
  * Admitted: the headers of every enforced limit are appended, and each shadow limit without room
  * is added to `findings`. Refused: the refusal of the first limit without room, and its headers alone.
  */
@@ -262,7 +263,7 @@ export async function admitAll(
 
 /**
  * An account's use of `scopes` (per-account scopes) in the current window, at its own limits,
- * read in one call of `store` without counting (contract 16).
+ * read in one call of `store` without counting.
  */
 export async function readUsage(
   store: AdmissionStore,

@@ -1,7 +1,7 @@
 import { ConfigurationError } from '../errors';
 
 /**
- * What a restricted key may do (contract 16): the permissions of the contract's table, and any a
+ * What a restricted key may do: the seven built-in permissions (`wallets:read`, …), and any a
  * kit user declares besides (`tollgate({ permissions })`, the key stores' `permissions` option).
  * A key with a list may call only the routes whose permission it holds, on top of its role; a key
  * without one may call all its role allows. At most 16 names in all, so a key's list is one
@@ -26,7 +26,7 @@ export const MAX_PERMISSIONS = 16;
 export const PERMISSION_PATTERN = /^[a-z][a-z0-9_-]{0,31}:[a-z][a-z0-9_-]{0,31}$/;
 
 /**
- * The full vocabulary: the contract's seven, then `extra` in the order given. Throws a
+ * The full vocabulary: the seven built-in permissions, then `extra` in the order given. Throws a
  * `ConfigurationError` naming a malformed or repeated name, or a total over 16.
  */
 export function permissionNames(
@@ -51,7 +51,7 @@ export function permissionNames(
   }
   if (names.length > MAX_PERMISSIONS) {
     throw new ConfigurationError(
-      `${where}: ${names.length} permissions with the contract's ${PERMISSIONS.length}; at most ${MAX_PERMISSIONS}`,
+      `${where}: ${names.length} permissions with the ${PERMISSIONS.length} built-in ones; at most ${MAX_PERMISSIONS}`,
     );
   }
   return Object.freeze(names);

@@ -2,7 +2,7 @@ import { ConfigurationError } from '../errors';
 
 /**
  * A route table matched without a framework, for doors that receive a method and a path rather
- * than a routed request (forward authentication, contract 12). Paths are matched as they were
+ * than a routed request (forward authentication). Paths are matched as they were
  * sent, never decoded: a segment is literal or `:name`, a parameter matches `parameter` whole,
  * and a trailing slash is optional, as in the gateway's Express router (`strict: false`). Anything
  * else (`//`, `..`, percent-escapes in a literal segment) matches no route: a refusal, never a
@@ -21,7 +21,7 @@ export interface RouteTableEntry<T> {
   readonly value: T;
 }
 
-/** The gateway's id pattern (contract 4 routes): opaque ids of up to 64 characters. */
+/** The id pattern of the gateway's routes (`/transactions/:id/`): opaque ids of 1 to 64 chars. */
 export const DEFAULT_PARAMETER_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
 /**

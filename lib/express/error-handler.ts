@@ -92,7 +92,7 @@ function describeError(error: unknown): { name: string; code?: string } {
   return { name: typeof error };
 }
 
-/** Node's parser error codes, as Node itself answers them (status), with the contract's code. */
+/** Node's parser error codes, as Node itself answers them (status), with the kit's error code. */
 type ClientError = readonly [status: number, code: ErrorCode, message: string];
 const CLIENT_ERRORS: Record<string, ClientError> & { default: ClientError } = {
   HPE_HEADER_OVERFLOW: [431, 'headers_too_large', 'Request headers too large'],

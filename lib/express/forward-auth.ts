@@ -21,7 +21,7 @@ import type { Logger } from '../types';
 import { assignClientIp } from './request-context';
 
 /**
- * The forward-auth door (contract 12): reverse proxies that forward requests themselves (nginx
+ * The forward-auth door: reverse proxies that forward requests themselves (nginx
  * `auth_request`, Traefik ForwardAuth, Caddy `forward_auth`, Envoy `ext_authz`) ask it whether a
  * request may pass. The same gate decides as for `protect()`, on the original method and target
  * the proxy describes, so a request asked about here counts once against its limits, exactly as
@@ -76,7 +76,7 @@ export function forwardAuthDoor(
         method,
         path,
         // The token exchange reads its body, which proxies do not forward: it is routed to the
-        // gateway itself (contract 12), and a proxy asking about it is told so.
+        // gateway as an ordinary route, and a proxy asking about it is told so.
         value:
           policy.accept === 'key-pair'
             ? { kind: 'token-exchange' }

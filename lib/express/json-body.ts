@@ -33,7 +33,7 @@ export function jsonBody(options: JsonBodyOptions = {}): RequestHandler {
       next();
       return;
     }
-    // A declared length over the limit is refused at once, from the header (contract 14.6):
+    // A declared length over the limit is refused at once, from the header:
     // reading, or waiting for, a body that will be refused anyway would hold the connection.
     if (Number(req.headers['content-length'] ?? 0) > limit) {
       next(new PayloadTooLargeError());

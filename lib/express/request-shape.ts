@@ -3,8 +3,8 @@ import type { RequestHandler } from 'express';
 import { HeadersTooLargeError, InvalidRequestError } from '../errors';
 
 /**
- * Refuses requests whose framing could make the gateway and the upstream see different things
- * (contract 14.5 to 14.7), before anything else reads them:
+ * Refuses requests whose framing could make the gateway and the upstream see different things,
+ * before anything else reads them:
  *
  * - more header lines than Node's parser keeps (`431 headers_too_large`): Node silently drops
  *   the lines past its limit, where a second `Authorization` could hide;

@@ -20,10 +20,9 @@ export type ExpressServerOptions = Pick<http.ServerOptions, 'IncomingMessage' | 
  * instead of `app.listen(3000)`. Express hands every request to `Object.setPrototypeOf(req,
  * app.request)` (and the response to `app.response`); changing the prototype of an object that
  * already exists makes V8 drop what it had optimised about it, in Express and in Node's own HTTP
- * code, for the whole request. An object born with that prototype makes the call a no-op: in
- * `npm run bench` Express 5 answering alone served 2.69x the requests a second, and the
- * sample gateway's CPU per answer halved (BENCHMARKS.md, "Requests born with Express's
- * prototypes"). The technique is the one proposed in expressjs/express#5998.
+ * code, for the whole request. An object born with that prototype makes the call a no-op, which
+ * cuts the CPU each answer costs, in Express alone and in the sample gateway (figures in
+ * BENCHMARKS.md).
  *
  * Everything else stays as Express does it: the objects are Express's request and response, so
  * every middleware sees what it saw before. A request that enters a mounted sub-app still has its
@@ -40,8 +39,8 @@ export function expressServerOptions(app: ExpressPrototypes): ExpressServerOptio
   if (isClass(http.IncomingMessage) || isClass(http.ServerResponse)) return {};
   // Plain functions too: a class's `prototype` cannot be replaced, and the instances must have
   // the app's prototype objects themselves for Express's call to be a no-op. (`Reflect.construct`
-  // with these as `new.target` also gives the instances that prototype, but the gateway measured
-  // no faster with it than with Express's swap: BENCHMARKS.md.)
+  // with these as `new.target` also gives the instances that prototype, but it makes the gateway
+  // no faster than Express's swap does.)
   function ExpressRequest(this: http.IncomingMessage, socket: unknown): void {
     (http.IncomingMessage as unknown as NodeConstructor).call(this, socket);
   }

@@ -72,7 +72,7 @@ export interface Tollgate<Name extends string = string> {
   /** `POST` a key pair, get a token: the whole route, answer included. */
   tokenExchange(options: TokenExchangeOptions<Name>): RequestHandler;
   /**
-   * The forward-auth endpoints of reverse proxies (contract 12), for `app.use('/authz', …)`:
+   * The forward-auth endpoints of reverse proxies, for `app.use('/authz', …)`:
    * `/forward-auth` (Traefik, Caddy), `/auth-request` (nginx), `/ext-authz/*` (Envoy).
    */
   forwardAuth(options: ForwardAuthOptions<Name>): RequestHandler;
@@ -80,12 +80,12 @@ export interface Tollgate<Name extends string = string> {
   context(): RequestHandler;
   /** CORS for routes that browsers call with a publishable key (no credentials mode). */
   cors(options?: BrowserCorsOptions): RequestHandler;
-  /** Renders every error as the contract's JSON body; mount last. */
+  /** Renders every error as its JSON body (`status`, `code`, `message`, …); mount last. */
   errorHandler(): ErrorRequestHandler;
   rateLimitState(): 'memory' | 'shared' | 'degraded';
   /**
    * An account's use of each per-account scope in the current window, at its own limits, read from
-   * the counters that decide without spending any (contract 16): for an operator's page.
+   * the counters that decide without spending any: for an operator's page.
    */
   usage(accountId: string, limits?: AccountLimits): Promise<ScopeUsage[]>;
   /** Stops timers; the Redis connection is the caller's to close. */
@@ -158,7 +158,8 @@ export function tollgate<S extends Scopes>(
         next(noAddress);
         return;
       }
-      // A spent budget is refused before the body is read (contract 14.1).
+      // A spent failure budget is refused before the body is read, so a client holding its body
+      // back cannot get a guess compared once the budget is gone.
       const early = gate.refuseEarly(req, compiled);
       if (early !== undefined) {
         render(early, req, res, next);

@@ -4,7 +4,7 @@ import { errorBody, InvalidRequestError, type TollgateError } from '../errors';
 import type { AuthContext } from '../types';
 
 /**
- * The three ways reverse proxies ask an auth service (contract 12), without a framework: where each
+ * The three ways reverse proxies ask an auth service, without a framework: where each
  * describes the original request, and how each must be answered.
  *
  * | dialect        | asked by                       | original method, target              |
@@ -148,7 +148,7 @@ export function allowAnswer(
 
 /**
  * Deny. Traefik, Caddy and Envoy pass the status, headers and body to the client, so they get
- * contract 7 as it is. nginx's `auth_request` passes only 401 and 403 (anything else becomes a
+ * JSON error body as it is. nginx's `auth_request` passes only 401 and 403 (anything else becomes a
  * 500), so that dialect answers every other refusal `403` and names the real one in
  * `X-Tollgate-Status` and `X-Tollgate-Code`; every refusal of that dialect also carries the real
  * body in `X-Tollgate-Body`, which nginx never reads from a subrequest's body, so the shipped

@@ -12,17 +12,17 @@ export interface KeyRecord {
   readonly publishableKey: string;
   readonly secretKeySha256: Buffer;
   readonly revoked: boolean;
-  /** When the key stops authenticating, in ms since the epoch (contract 13); `undefined`: never. */
+  /** When the key stops authenticating, in ms since the epoch; `undefined`: never. */
   readonly expiresAt?: number | undefined;
   /** The account's whitelist, shared by all its keys; `undefined`: not restricted. */
   readonly ipWhitelist: IpWhitelist | undefined;
   /**
-   * The account's own limits per scope (contract 16), shared by all its keys (one object per
+   * The account's own limits per scope, shared by all its keys (one object per
    * distinct set); `undefined`: every scope at its default.
    */
   readonly limits?: AccountLimits | undefined;
   /**
-   * What a restricted key may do (contract 16); `undefined`: all that its role allows. Looked up on
+   * What a restricted key may do; `undefined`: all that its role allows. Looked up on
    * every request, tokens included, so a change applies at once.
    */
   readonly permissions?: ReadonlySet<string> | undefined;
@@ -38,7 +38,7 @@ export type LimitScopes = Readonly<Record<string, ScopeKey>>;
 /**
  * Where keys are looked up: synchronously, in memory. A request never waits on a file or a
  * database, and a credential is compared in the same synchronous step as the failed-authentication
- * budget is checked and counted (contract 14.1). A store over a database keeps the whole ring in
+ * budget is checked and counted. A store over a database keeps the whole ring in
  * memory and swaps it when the database says it changed. Revoked and expired keys are returned as
  * they are (`revoked: true`, `expiresAt` past): callers refuse them.
  */
@@ -62,7 +62,7 @@ export interface KeyStore {
 }
 
 /**
- * A store that can list every key it holds (the admin listener reads it; contract 13). A store
+ * A store that can list every key it holds (the admin listener reads it). A store
  * with a million keys makes each record as the listing reaches it: iterate, do not index.
  */
 export interface KeyDirectory {

@@ -82,11 +82,11 @@ function isCalendarDate(time: string): boolean {
   return (day ?? 0) <= daysInMonth;
 }
 
-/** The highest per-account limit (contract 16). */
+/** The highest per-account limit, per window. */
 export const MAX_ACCOUNT_LIMIT = 1_000_000;
 
 /**
- * An account's limit overrides (contract 16): an object of per-account scope to a whole number
+ * An account's limit overrides: an object of per-account scope to a whole number
  * from 1 to 1,000,000. Every fault names the account and the scope. `{}` is no override at all
  * (`undefined`); otherwise one frozen object, its scopes in name order, so equal sets compare by
  * `limitsText()`.
@@ -157,7 +157,7 @@ export function limitsFromText(text: string): AccountLimits {
 }
 
 /**
- * A key's permissions (contract 16), as a mask over `names` (permissions.ts): `null` or absent is
+ * A key's permissions, as a mask over `names` (permissions.ts): `null` or absent is
  * `undefined`, a key that may do all its role allows. A list must hold at least one name, each once
  * and each among `names`: an empty list is refused rather than read as "nothing", since a key that
  * may call nothing should be revoked (the database's check forbids it too). Every fault names the

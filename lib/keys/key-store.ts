@@ -19,9 +19,10 @@ export interface KeyStoreLimitOptions {
    */
   readonly limitScopes?: LimitScopes;
   /**
-   * Permission names a key's `permissions` may hold besides the contract's seven (`wallets:read`,
-   * …), each `resource:action`; at most 16 in all. Pass the same as `tollgate({ permissions })`.
-   * Defaults to none: the contract's seven only.
+   * Permission names a key's `permissions` may hold besides the seven built-in ones
+   * (`wallets:read`, …), each `resource:action`; at most 16 in all. Pass the same as
+   * `tollgate({ permissions })`.
+   * Defaults to none: the seven built-in ones only.
    */
   readonly permissions?: readonly string[];
 }
@@ -132,7 +133,7 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
 
   /**
    * Re-reads the file and resolves with the number of keys now in force. Reloads are serialised
-   * and coalesced (contract 14.2): one chain of reads, one after the other; a call while a read
+   * and coalesced: one chain of reads, one after the other; a call while a read
    * is running schedules exactly one more, which reads the file as it is when it starts, so the
    * file read last is the one in force, and a storm of calls costs at most two reads. On failure
    * the previous keys stay in force and it rejects.

@@ -24,7 +24,7 @@ import { DuplicateFieldError, JsonSyntaxError, ReadError, readJsonFile } from '.
  * Every fault is a `ConfigurationError` naming the entry (`accounts[0].keys[1].role: …`). Unknown
  * fields are faults too: a misspelt `ipWhitelist` must not silently lift a restriction. An
  * account's `limits` may name only the per-account scopes of `limitScopes` (none by default); a
- * key's `permissions` only the names of `permissionNames` (the contract's seven by default).
+ * key's `permissions` only the names of `permissionNames` (the seven built-in ones by default).
  */
 
 const ACCOUNT_FIELDS = new Set(['id', 'ipWhitelist', 'limits', 'keys']);

@@ -10,7 +10,7 @@ import { PackedKeyRing } from './packed-key-ring';
 export interface AccountRow {
   readonly id: string;
   readonly ipWhitelist: IpWhitelist | undefined;
-  /** Its limit overrides (contract 16); `undefined`: every scope at its default. */
+  /** Its limit overrides; `undefined`: every scope at its default. */
   readonly limits?: AccountLimits | undefined;
   /** Its stored whitelist is invalid: its keys are held as revoked (fail closed). */
   readonly blocked?: boolean;
@@ -25,7 +25,7 @@ export interface KeyRow {
   readonly secretKeySha256: Buffer;
   readonly revoked: boolean;
   readonly expiresAt?: number | undefined;
-  /** Its permissions (contract 16), one shared set per distinct list; `undefined`: not restricted. */
+  /** Its permissions, one shared set per distinct list; `undefined`: not restricted. */
   readonly permissions?: ReadonlySet<string> | undefined;
 }
 

@@ -12,7 +12,7 @@ import { ROLES, type Role } from '../core/roles';
  *   an account's id at `accountText[a]`, `accountLengths[a]` long.
  * - `keyFlags[k]`: the role's rank (bits 0-1) and revoked (bit 2); `keyExpires[k]`: the deadline
  *   in ms since the epoch, NaN for none; `keyAccount[k]`: the account's index.
- * - `keyPermissions[k]`: the key's permissions (contract 16) as a mask over the vocabulary, bit `i`
+ * - `keyPermissions[k]`: the key's permissions as a mask over the vocabulary, bit `i`
  *   for name `i`, 0 for a key without a list (an empty list is never valid); the vocabulary's names,
  *   joined by ",", are `permissionText`, so the table says what its masks mean.
  * - `accountList[a]`: the index of the account's whitelist among the distinct lists (accounts with

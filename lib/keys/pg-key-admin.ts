@@ -21,7 +21,7 @@ import type {
 } from './pg-key-views';
 
 /**
- * The writes of the database key store (contract 13), each one transaction. The schema's triggers
+ * The writes of the database key store, each one transaction. The schema's triggers
  * give every changed row a new version and announce it by NOTIFY, so every instance applies it.
  * Every input passes the keys file's rules; a fault is an `InvalidRequestError` (400
  * `invalid_request`) naming the field as the admin API spells it (`ip_whitelist[1]: …`). An
@@ -231,7 +231,7 @@ export async function createAccount(
   });
 }
 
-/** Sets an account's limit overrides (contract 16); `null` puts every scope back at its default. */
+/** Sets an account's limit overrides; `null` puts every scope back at its default. */
 export async function setLimits(
   pool: Pool,
   accountId: unknown,
@@ -331,7 +331,7 @@ export async function setRole(pool: Pool, keyId: unknown, role: unknown): Promis
 }
 
 /**
- * Changes a key's role, its permissions (contract 16; `null` lifts the restriction), or both in
+ * Changes a key's role, its permissions (`null` lifts the restriction), or both in
  * one transaction. At least one must be given; each is checked before anything is written.
  */
 export async function updateKey(

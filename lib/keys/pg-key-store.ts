@@ -29,7 +29,7 @@ import { migrate } from './pg-schema';
 import { assertMigrated } from './pg-schema';
 
 /**
- * Keys in PostgreSQL (contract 13), shared by every instance. Each instance holds the whole ring
+ * Keys in PostgreSQL, shared by every instance. Each instance holds the whole ring
  * in memory: a request never waits on the database. The first load happens in `open()`; after it
  * the store asks only for rows whose version is above the last one it applied:
  *
@@ -76,9 +76,9 @@ export interface PgKeyStoreOptions {
    */
   readonly limitScopes?: LimitScopes;
   /**
-   * Permission names a key may hold besides the contract's seven (see `KeyStoreLimitOptions`); the
-   * write API refuses any other (400), and a stored name it would refuse (written by hand) holds
-   * that key as revoked, logged as `keys.key_blocked`. Defaults to none.
+   * Permission names a key may hold besides the seven built-in ones (see `KeyStoreLimitOptions`);
+   * the write API refuses any other (400), and a stored name it would refuse (written by hand)
+   * holds that key as revoked, logged as `keys.key_blocked`. Defaults to none.
    */
   readonly permissions?: readonly string[];
 }
@@ -618,7 +618,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     return this.written(admin.createAccount(this.pool, id, ipWhitelist, limits, this.limitScopes));
   }
 
-  /** Sets an account's limit overrides (contract 16); `null` puts every scope back at its default. */
+  /** Sets an account's limit overrides; `null` puts every scope back at its default. */
   setLimits(accountId: unknown, limits: unknown): Promise<views.AccountView> {
     return this.written(admin.setLimits(this.pool, accountId, limits, this.limitScopes));
   }
@@ -637,7 +637,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     return this.written(admin.setRole(this.pool, keyId, role));
   }
 
-  /** Sets a key's permissions (contract 16); `null` lifts the restriction. */
+  /** Sets a key's permissions; `null` lifts the restriction. */
   setPermissions(keyId: unknown, permissions: unknown): Promise<views.KeyView> {
     if (permissions === undefined) {
       return Promise.reject(

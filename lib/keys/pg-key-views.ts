@@ -9,7 +9,7 @@ export interface AccountView {
   readonly id: string;
   /** Canonical entries; `null`: not restricted. */
   readonly ipWhitelist: readonly string[] | null;
-  /** Its limit overrides (contract 16); `null`: every scope at its default. */
+  /** Its limit overrides; `null`: every scope at its default. */
   readonly limits: AccountLimits | null;
   readonly createdAt: Date;
   readonly updatedAt: Date;
@@ -24,7 +24,7 @@ export interface KeyView {
   readonly expiresAt: Date | null;
   readonly revokedAt: Date | null;
   readonly lastUsedAt: Date | null;
-  /** What it may do (contract 16), in the vocabulary's order; `null`: all its role allows. */
+  /** What it may do, in the vocabulary's order; `null`: all its role allows. */
   readonly permissions: readonly string[] | null;
 }
 
@@ -42,7 +42,7 @@ export interface CreateKeyOptions {
   readonly id?: unknown;
   /** RFC 3339 time with a zone, or ms since the epoch; must be in the future. */
   readonly expiresAt?: unknown;
-  /** A list of permissions (contract 16); `null` or absent: not restricted. */
+  /** A list of permissions; `null` or absent: not restricted. */
   readonly permissions?: unknown;
 }
 
@@ -57,7 +57,7 @@ export interface RollOptions {
   readonly id?: unknown;
 }
 
-/** A keys document (contract 3), as the keys file holds it. */
+/** A keys document (`{"accounts": [...]}`), as the keys file holds it. */
 export interface KeysDocument {
   accounts: {
     id: string;

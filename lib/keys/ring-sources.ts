@@ -26,7 +26,7 @@ export type RingJob = (
   readonly background?: boolean | undefined;
   /** The scopes accounts' `limits` may name (see `KeyStoreLimitOptions`); defaults to none. */
   readonly limitScopes?: LimitScopes | undefined;
-  /** The permission names, bit order (see `permissionNames()`); defaults to the contract's seven. */
+  /** The permission names, bit order (see `permissionNames()`); defaults to the seven built in. */
   readonly permissions?: readonly string[] | undefined;
 };
 
@@ -60,7 +60,7 @@ export async function buildRingHere(job: RingJob, hooks: BuildHooks = {}): Promi
 }
 
 /**
- * Reads and validates a keys file (contract 3) one account at a time, straight into the builder;
+ * Reads and validates a keys file one account at a time, straight into the builder;
  * a `ConfigurationError` names what is wrong.
  */
 function fromFile(

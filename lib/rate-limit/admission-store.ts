@@ -9,7 +9,7 @@ import type { RedisHealth } from './redis-health';
 import type { LimiterRedis } from './window';
 
 /**
- * All-or-nothing admission over several fixed-window counters (contract 16): a request is
+ * All-or-nothing admission over several fixed-window counters: a request is
  * admitted only if every enforced counter it meets has room, and then counts once in each; a
  * refused request counts nowhere, so every counter equals the requests it admitted.
  *

@@ -5,7 +5,7 @@ import type { ResilientStore } from './resilient-store';
 import { createScopeStore } from './scope-store';
 
 /**
- * Throttles credential guessing (contract 14.1): wrong keys, pairs and tokens (401) and whitelist
+ * Throttles credential guessing: wrong keys, pairs and tokens (401) and whitelist
  * refusals (403 `ip_not_whitelisted`) are counted per client IP, and an IP whose budget is spent is
  * refused with 429 on every authentication attempt, right or wrong, until its window resets.
  *

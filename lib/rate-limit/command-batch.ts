@@ -11,9 +11,9 @@ import type { RedisCommandClient } from './redis-commands';
  * each command to the master that owns its key, as for any command.
  *
  * Not an ioredis `pipeline()`: a pipeline is a large object per batch (its own command table, a
- * promise and a result array on top of each command's), and at 1,000 requests a second its objects
- * were most of what reached V8's old generation and brought on full collections (BENCHMARKS.md,
- * "Corked writes instead of a pipeline"). Corking writes the same bytes in the same one write.
+ * promise and a result array on top of each command's), and under load its objects were most of
+ * what reached V8's old generation and brought on full collections (figures in BENCHMARKS.md).
+ * Corking writes the same bytes in the same one write.
  *
  * One timer per batch instead of a timer and a `Promise.race` per command, armed when the first
  * command of the batch is called: no command waits longer than `timeoutMs` from its write, which

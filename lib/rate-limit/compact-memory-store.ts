@@ -6,7 +6,7 @@ import { Ipv4Table, MAX_VALUE, capacityFor } from './ipv4-table';
  * costs one number in a table (IPv4 clients) or one entry of a `Map` from key to number (other
  * keys), with no object, `Date` or timer of its own.
  *
- * What it keeps, and why it is small (measured in BENCHMARKS.md, case (j)):
+ * What it keeps, and why it is small (figures in BENCHMARKS.md):
  *
  * - Two generations of key to number, `current` and `previous`, swapped once per window as
  *   MemoryStore swaps its two maps: a key touched moves to `current`; `previous` is dropped whole
@@ -27,7 +27,7 @@ import { Ipv4Table, MAX_VALUE, capacityFor } from './ipv4-table';
  *   shorter than 2^23 ms (about 2.3 hours; for a 60-second window, counts up to 32,766 in the
  *   slot and past that in `wide`). A swap clears the table of the generation dropped and reuses
  *   it for the new one, so a steady stream of new addresses costs no allocation once the tables
- *   are grown, and the collector's heap does not grow with the addresses (BENCHMARKS.md, (j)).
+ *   are grown, and the collector's heap does not grow with the addresses.
  *
  * Same semantics as MemoryStore (test/unit/rate-limit/compact-memory-store.test.ts runs both on
  * random sequences): exact counts, each key's window starting at its first hit (or its first

@@ -7,7 +7,7 @@ import { randomInt } from 'node:crypto';
  *
  * - the collector neither marks nor moves it, and it does not count in the live heap that V8
  *   grows its next collection's limit from, so a million addresses in a window do not raise the
- *   heap's sawtooth as a `Map` of them does (BENCHMARKS.md, case (j));
+ *   heap's sawtooth as a `Map` of them does;
  * - `clear()` keeps the array, so a store can reuse a generation's table for the next window
  *   instead of growing a new one from empty through every doubling.
  *

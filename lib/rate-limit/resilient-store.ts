@@ -12,7 +12,7 @@ import type { RedisHealth } from './redis-health';
  *   fleet of N gateways still admits about the limit in total;
  * - a key found over its limit is remembered until its window resets and refused without asking
  *   Redis again, which keeps a flood off Redis and makes `blockedUntil()` possible. The limit can
- *   come with each `increment()` (an account's own limit, contract 16): a key remembered over a
+ *   come with each `increment()` (an account's own limit): a key remembered over a
  *   lower limit than the one it comes with now is counted again.
  */
 

@@ -110,7 +110,7 @@ export class TokenService {
       );
     }
     // A KeyObject, not the raw bytes: given bytes, jsonwebtoken first tries (and fails) to parse
-    // them as a PEM/DER public or private key on every call, which cost ~1 ms of CPU per token.
+    // them as a PEM/DER public or private key on every call, a CPU cost on every token.
     this.secret = createSecretKey(secret);
     this.ttlSeconds = ttl;
     this.clockTolerance = tolerance;
@@ -242,8 +242,8 @@ export class TokenService {
 }
 
 /**
- * The JOSE header this service mints: `alg` and, optionally, `typ: "JWT"`, nothing else (contract
- * 14.8). `crit`, `b64`, `kid`, `jku`, `x5u` and the like ask a verifier for behaviour it may not
+ * The JOSE header this service mints: `alg` and, optionally, `typ: "JWT"`, nothing else.
+ * `crit`, `b64`, `kid`, `jku`, `x5u` and the like ask a verifier for behaviour it may not
  * have; a token carrying one was not minted here.
  */
 function isPlainHeader(header: jwt.JwtHeader): boolean {

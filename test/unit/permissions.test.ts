@@ -80,7 +80,7 @@ describe('the permission vocabulary', () => {
     [['a:b', 'a:b'], /permission "a:b" is listed twice/],
     [
       ['a:a', 'a:b', 'a:c', 'a:d', 'a:e', 'a:f', 'a:g', 'a:h', 'a:i', 'a:j'],
-      /17 permissions with the contract's 7; at most 16/,
+      /17 permissions with the 7 built-in ones; at most 16/,
     ],
   ])('refuses %j, naming the fault', (extra, message) => {
     expect(() => permissionNames(extra as string[], 'tollgate()')).toThrow(message);
