@@ -20,7 +20,7 @@ import {
 } from './dashboard-sessions';
 
 /**
- * Who may use the key-management routes (contract 13 and 15): the bearer of the admin token, or a
+ * Who may use the key-management routes: the bearer of the admin token, or a
  * dashboard session. A session is opened by posting the token to `POST /dashboard/session`; its
  * cookie then stands in for the token. A change made with the cookie must come from the
  * dashboard's own origin with the session's CSRF token, or it answers `403 forbidden_origin`
@@ -158,7 +158,11 @@ export function adminAccess(
 
 const SESSION_ENDED = 'The dashboard session has ended; sign in again';
 
-/** Sets (or, with an empty value and no age, clears) the session cookie, as contract 15 says. */
+/**
+ * Sets (or, with an empty value and no age, clears) the session cookie: `HttpOnly`,
+ * `SameSite=Strict`, `Path=/`, and `Secure` when served over TLS, so neither a script nor another
+ * site can use it.
+ */
 function setSessionCookie(req: Request, res: Response, value: string, maxAgeSeconds: number): void {
   res.setHeader(
     'Set-Cookie',

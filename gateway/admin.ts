@@ -26,7 +26,7 @@ import type { GatewayMetrics } from './metrics';
 import type { Readiness } from './readiness';
 
 /**
- * The admin listener (contract 13), for operators, never for API clients: the key-management
+ * The admin listener, for operators, never for API clients: the key-management
  * routes under `/admin/v1/`, behind the admin bearer token (its SHA-256 compared in constant time,
  * wrong tokens throttled per client address like failed authentications). With the database key
  * store every route works, each write in force on every instance within a second; with a keys file
@@ -48,7 +48,7 @@ export interface AdminAppOptions {
   readonly readiness?: Readiness | undefined;
   /** `GET /metrics` (no token: bind the admin listener where only operators reach it). */
   readonly metrics?: Pick<GatewayMetrics, 'text' | 'contentType'> | undefined;
-  /** The dashboard's sessions (contract 15); a store of its own by default. */
+  /** The dashboard's sessions; a store of its own by default. */
   readonly sessions?: DashboardSessions | undefined;
   /**
    * `GET /admin/v1/accounts/:id/usage`: an account's use of its per-account scopes, read from the
@@ -185,7 +185,7 @@ type Action = (typeof ADMIN_ROUTES)[number]['action'];
 type StoreAction = Exclude<Action, 'accounts.usage' | 'accounts.decisions'>;
 
 /**
- * `GET /admin/v1/accounts/:id/usage` (contract 16): every per-account scope of the account in the
+ * `GET /admin/v1/accounts/:id/usage`: every per-account scope of the account in the
  * current window, spending nothing. The account's limit overrides come from its keys in force; an
  * account without keys is found in the database with its overrides, and an unknown one answers 404.
  */
@@ -374,7 +374,7 @@ function databaseHandlers(manager: KeyManager): Record<StoreAction, RequestHandl
         }),
       ),
     ),
-    // The role, the permissions (contract 16; null lifts them), or both in one write.
+    // The role, the permissions (null lifts them), or both in one write.
     'keys.update': run(200, ['role', 'permissions'], async ({ id, body }) =>
       keyView(await manager.updateKey(id, body)),
     ),
@@ -470,7 +470,7 @@ function audit(action: string, logger: Logger): RequestHandler {
 }
 
 /**
- * Every answer of the admin listener, the dashboard's pages and its API alike (contract 15): never
+ * Every answer of the admin listener, the dashboard's pages and its API alike: never
  * stored, never framed, no referrer, and a policy that lets a page run only this listener's own
  * scripts and styles.
  */
@@ -498,7 +498,7 @@ function methodsByPath(): Map<string, string[]> {
 interface AccountView {
   readonly id: string;
   readonly ip_whitelist: readonly string[] | null;
-  /** The account's own limits per scope (contract 16); `null`: every scope at its default. */
+  /** The account's own limits per scope; `null`: every scope at its default. */
   readonly limits: Readonly<Record<string, number>> | null;
   readonly keys: KeyView[];
 }
@@ -512,14 +512,14 @@ interface KeyView {
   readonly revoked_at: string | null;
   readonly last_used_at: string | null;
   readonly revoked: boolean;
-  /** What a restricted key may do (contract 16); `null`: all its role allows. */
+  /** What a restricted key may do; `null`: all its role allows. */
   readonly permissions: readonly string[] | null;
 }
 
 /**
- * Accounts and their keys as contract 13 shows them, never a secret or its digest, plus
- * `revoked`. A keys file records neither when a key was created or revoked nor when it was last
- * used: those are `null` there; `revoked` and `expires_at` say what the file says.
+ * Accounts and their keys as `GET /admin/v1/accounts` answers them, never a secret or its digest,
+ * plus `revoked`. A keys file records neither when a key was created or revoked nor when it was
+ * last used: those are `null` there; `revoked` and `expires_at` say what the file says.
  */
 function accountViews(records: Iterable<KeyRecord>): AccountView[] {
   const accounts = new Map<string, AccountView>();

@@ -66,7 +66,7 @@ export type GatewayApp = Express & {
   readonly upstreamChecked: Promise<void>;
   /** What `/metrics` on the admin listener shows. */
   readonly metrics: GatewayMetrics;
-  /** An account's use of its per-account scopes, from the counters that decide (contract 16). */
+  /** An account's use of its per-account scopes, from the counters that decide. */
   usage(accountId: string, limits?: Readonly<Record<string, number>>): Promise<ScopeUsage[]>;
   /** An account's decisions of the last 15 minutes on this instance (the dashboard's chart). */
   decisions(accountId: string): MinuteCounts[];
@@ -211,7 +211,7 @@ export function createApp(options: AppOptions): GatewayApp {
     browserCors.set(path, gate.cors({ methods }));
   }
 
-  // Forward authentication (contract 12): a reverse proxy asks about a route of the same table,
+  // Forward authentication: a reverse proxy asks about a route of the same table,
   // decided by the same policies, and forwards the request itself.
   app.use(
     '/authz',
@@ -288,7 +288,7 @@ function policyOf(route: RouteSpec): RoutePolicy<GatewayScope> {
     role: route.minimumRole,
     permission: route.permission,
     limit: route.scope,
-    // Contract 8: a browser holding a merchant's publishable key cannot spend the merchant's
+    // A browser holding a merchant's publishable key cannot spend the merchant's
     // whole `payments` budget.
     publishableLimit:
       route.scope === 'payments' && acceptsPublishableKey(route)

@@ -31,7 +31,7 @@ export interface LimitsConfig {
   readonly checkoutCreate: number;
   /** Per client IP per window: `GET /checkout/:id/`. */
   readonly checkoutRead: number;
-  /** Per client IP per window: `payments` requests made with a publishable key (contract 8). */
+  /** Per client IP per window: `payments` requests made with a publishable key. */
   readonly publishablePayments: number;
   /** Failed authentications per client IP per window. */
   readonly authFailures: number;
@@ -44,7 +44,7 @@ export interface GatewayConfig {
   readonly redis: RedisTarget | undefined;
   readonly redisPrefix: string;
   readonly keysFile: string | undefined;
-  /** `TOLLGATE_DATABASE_URL`: keys in PostgreSQL instead of a keys file (contract 13). */
+  /** `TOLLGATE_DATABASE_URL`: keys in PostgreSQL instead of a keys file. */
   readonly databaseUrl: string | undefined;
   /** `undefined`: generate a random one (refused when `production`). */
   readonly tokenSecret: string | undefined;
@@ -58,7 +58,7 @@ export interface GatewayConfig {
   readonly production: boolean;
   readonly expectedInstances: number;
   readonly limits: LimitsConfig;
-  /** The admin listener (contract 13); `undefined`: none. */
+  /** The admin listener (`TOLLGATE_ADMIN_PORT`); `undefined`: none. */
   readonly admin: AdminConfig | undefined;
   /** Rules tried in shadow mode: decided, logged and counted, never enforced. */
   readonly shadow: ShadowConfig;

@@ -1,7 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /**
- * The dashboard's sessions (contract 15): made when an operator posts the admin token, then named
+ * The dashboard's sessions: made when an operator posts the admin token, then named
  * by an `HttpOnly` cookie that the key-management routes accept in place of the token. A session
  * ends after 15 minutes without a request, 8 hours after it began, or when signed out; each has
  * its own CSRF token, which the page sends with every change. They live in this process's memory:

@@ -4,7 +4,7 @@ import express, { type Router } from 'express';
 import { methodNotAllowed, NotFoundError } from '../lib';
 
 /**
- * The dashboard's page and assets (contract 15), as `npm run build` made them
+ * The dashboard's page and assets, as `npm run build` made them
  * (scripts/build-dashboard.cjs): `GET /dashboard/` answers the page, never stored like every
  * answer of the admin listener; `GET /dashboard/assets/<name>-<hash>.js|css` its script and
  * stylesheet, which change name when they change and so are cached for a year. All are read once,

@@ -2,11 +2,11 @@ import type { DecisionEvent } from '../lib';
 
 /**
  * The last 15 minutes of each account's decisions, a minute at a time, for the dashboard's chart
- * (contract 15): allowed, limited, and refused by error code. Only decisions whose credential was
+ * allowed, limited, and refused by error code. Only decisions whose credential was
  * identified count: a request with an unknown key belongs to no account.
  *
  * Bounded whatever the traffic: at most `maxAccounts` accounts (the ones seen longest ago give way)
- * and, per account, 15 minutes of cells whose codes come from the contract's closed set. The
+ * and, per account, 15 minutes of cells whose codes come from the closed set of error codes. The
  * request path pays for one map lookup and a few increments.
  */
 

@@ -13,10 +13,9 @@ import {
  *
  * Express's router makes, for each layer a request enters, a match object, a params object and a
  * closure, and every router a request passes through sets up its own `next` and restores
- * `req.url`, `req.baseUrl` and `req.params` on the way out. In a sampling heap profile at 1,000
- * requests a second (a throwaway preload), the router made 15% of the bytes the gateway allocated
- * per proxied request, and 8% once the gateway's own layers were these two (BENCHMARKS.md, "Where
- * the p99 goes", gives the second): every byte is one the collector pauses the gateway to reclaim.
+ * `req.url`, `req.baseUrl` and `req.params` on the way out. Under load those objects were a
+ * noticeable share of what the gateway allocated per proxied request (figures in BENCHMARKS.md),
+ * and every byte is one the collector pauses the gateway to reclaim.
  * Here a request costs a table lookup and a closure.
  */
 

@@ -4,8 +4,8 @@ import { type Dispatcher, Pool } from 'undici';
 import { identityHeaders, UpstreamError } from '../lib';
 
 /**
- * A streaming reverse proxy on an undici keep-alive pool (measured here: 1.1 to 1.3 times the
- * throughput of a node:http proxy on a keep-alive agent, BENCHMARKS.md "Choice of proxy").
+ * A streaming reverse proxy on an undici keep-alive pool, chosen over a node:http proxy on a
+ * keep-alive agent for its higher throughput (figures in BENCHMARKS.md).
  * Method, path, query and body go upstream unchanged; the credentials and every identity header the client sent are stripped, and the
  * gateway's own identity headers are added. The response streams back as it arrives.
  */
@@ -35,7 +35,7 @@ export interface Proxy {
 }
 
 /**
- * Never forwarded (contract 14.4): hop-by-hop headers, credentials, identity claims a client could
+ * Never forwarded: hop-by-hop headers, credentials, identity claims a client could
  * forge, method and URL overrides, and any header whose name holds `_` (CGI, WSGI and PHP read
  * `X_Gateway_Role` as `X-Gateway-Role`; nginx drops them too).
  */
@@ -85,8 +85,8 @@ export function createProxy(options: ProxyOptions): Proxy {
     connections: options.maxSockets ?? 256,
     pipelining: 1,
     // Each exchange keeps its own deadline (`UpstreamExchange`). undici's own are fast timers of
-    // half-second resolution: a 300 ms timeout fired after about 950 ms, and a cleared one stays
-    // in undici's list until its next sweep, long enough to reach V8's old generation.
+    // half-second resolution, so a short timeout can fire most of a second late, and a cleared
+    // one stays in undici's list until its next sweep, long enough to reach V8's old generation.
     headersTimeout: 0,
     bodyTimeout: 0,
     connectTimeout: Math.min(options.timeoutMs, 10_000),
@@ -142,7 +142,7 @@ type ExchangeOptions = Pick<ProxyOptions, 'timeoutMs' | 'onAnswer' | 'onFailure'
  * One request's exchange with the upstream, on undici's dispatch API: the answer's head is written
  * to the client when it arrives and each body chunk as it arrives, with the client's backpressure
  * passed back to the upstream connection. No response stream, promise or abort signal per request
- * (undici's `request()` makes all three; BENCHMARKS.md, "The proxy on undici's dispatch API").
+ * (undici's `request()` makes all three; figures in BENCHMARKS.md).
  * undici documents `dispatch()` as free to change in a major version: undici is pinned, and
  * `test/integration/proxy.test.ts` covers what this handler relies on.
  */
@@ -313,7 +313,7 @@ function isConnectTimeout(error: unknown): boolean {
 
 /**
  * The query of a request target, with its `?`, or `''`. The upstream gets the routed path and this
- * (contract 14.5): never a scheme or authority of an absolute-form target, never a fragment (a
+ * only: never a scheme or authority of an absolute-form target, never a fragment (a
  * target holding `#` is refused before routing).
  */
 function querySuffix(url: string): string {

@@ -3,7 +3,7 @@ import { Client } from 'undici';
 import { errorBody, faultName, type KeyStore, NotReadyError } from '../lib';
 
 /**
- * `GET /readyz` (contract 13), on the main and the admin listener: whether this instance should
+ * `GET /readyz`, on the main and the admin listener: whether this instance should
  * be sent traffic. Ready once the keys are loaded and the upstream answers; a Redis outage (limits
  * counted in memory) and a key database out of reach (the last keys stay in force) leave it ready
  * and are named in `warnings`. `/healthz` stays the liveness check: it never looks at the upstream.
@@ -179,7 +179,7 @@ export interface ReadinessReport {
 
 export interface Readiness {
   report(): ReadinessReport;
-  /** `GET /readyz`: 200 `{"status":"ready",…}` or 503 with the contract 7 body and `checks`. */
+  /** `GET /readyz`: 200 `{"status":"ready",…}` or 503 with the JSON error body and `checks`. */
   readonly handler: RequestHandler;
 }
 

@@ -2,7 +2,7 @@ import type { CredentialKind, Permission, Role } from '../lib';
 
 /**
  * The sample gateway's routes: for each, the credentials it accepts, the minimum role, the
- * permission a restricted key needs (contract 16) and the rate-limit scope. `app.ts` builds every
+ * permission a restricted key needs and the rate-limit scope. `app.ts` builds every
  * route, for its own proxy and for forward authentication, from this table and nothing else.
  */
 

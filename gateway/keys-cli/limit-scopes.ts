@@ -1,9 +1,9 @@
 import type { LimitScopes } from '../../lib';
 
 /**
- * The sample gateway's limit scopes as its key stores check accounts' `limits` (contract 16): an
+ * The sample gateway's limit scopes as its key stores check accounts' `limits`: an
  * account may override `payments` and `authenticated`, counted per account; the per-IP scopes
- * (`public`, the contract's name for them, and the gateway's three) are refused, naming why. It
+ * (`public`, the name the docs give them, and the gateway's three) are refused, naming why. It
  * lives beside the key command, which ships in the package and validates keys files with it;
  * `tollgate()` checks at start that it matches the scopes `app.ts` declares.
  */
