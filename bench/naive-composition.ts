@@ -9,7 +9,7 @@ import ipRangeCheck from 'ip-range-check';
 import { RedisStore, type RedisReply } from 'rate-limit-redis';
 
 /**
- * The naive composition of the issue: what a payments team would write in ten lines with the same
+ * The naive composition: what a payments team would write in ten lines with the same
  * libraries as the gateway. Express 5, a map from the SHA-256 of each secret key to its account,
  * ip-range-check against the account's whitelist, express-rate-limit (1,500 a minute per account,
  * the gateway's `payments` scope) with rate-limit-redis over ioredis, http-proxy-middleware to the

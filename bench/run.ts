@@ -67,10 +67,11 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * what the budget allows after the warm-up, and its 401 and 429 answers are counted apart.
  *
  *   (g) Express 5 + http-proxy-middleware to the stub, no auth (bench/express-proxy.ts),
- *   (h) the naive composition of issue 9 with Redis limits (bench/naive-composition.ts),
+ *   (h) the naive composition (ten lines of the same libraries) with Redis limits
+ *       (bench/naive-composition.ts),
  *   (i) the gateway's forward-auth endpoint (GET /authz/auth-request as nginx sends it) with
  *       Redis limits, TOLLGATE_TRUST_PROXY=127.0.0.1,
- * then the issue's target ratios from side-by-side rounds of (d), (d'), (h), (c) and (i) (medians of
+ * then the performance targets' ratios from side-by-side rounds of (d), (d'), (h), (c) and (i) (medians of
  * per-round ratios), Redis commands per allowed request (INFO commandstats of the bench's own
  * redis-server), the latency the gateway adds over the stub at a fixed 1,000 requests a second
  * (an open-loop stream, each request timed from when it was due: bench/paced.ts), next to what
@@ -80,7 +81,7 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * gateway's RSS after BENCH_DISTINCT_IPS (1,000,000) distinct client IPs in X-Forwarded-For on
  * POST /api/v1/checkout/ (per-IP scope), memory and
  * Redis limits, before, after, and after the 60 s window (bench/distinct-ips.ts). The run ends
- * with the issue's table of targets, met or not.
+ * with the table of performance targets, met or not.
  *
  * Settings (environment): BENCH_DURATION seconds per measured case (15), BENCH_WARMUP (3),
  * BENCH_CONNECTIONS (32), BENCH_THREADS (1), BENCH_ACCOUNTS (1000; also the number of wrong keys
@@ -804,7 +805,7 @@ function roundRatios(bench: Bench, a: RoundCase, b: RoundCase): number[] | undef
   return values.length > 0 ? values : undefined;
 }
 
-/** The issue's targets from what this run measured. */
+/** The performance targets from what this run measured. */
 function targetsOf(bench: Bench): Target[] {
   const ratios = (a: RoundCase, b: RoundCase): number[] | undefined => roundRatios(bench, a, b);
   const commands = bench.rows.filter(
@@ -1575,7 +1576,7 @@ async function main(): Promise<void> {
       '',
     );
   }
-  out.push('### Targets of the issue', '', formatTargets(targetsOf(bench)), '');
+  out.push('### Performance targets', '', formatTargets(targetsOf(bench)), '');
   const served = servedAlikeRatios(bench);
   if (served.length > 0) {
     out.push(

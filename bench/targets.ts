@@ -1,7 +1,7 @@
 import { median } from './report';
 
 /**
- * The issue's targets, each with the figure this run measured and whether it is met. Ratios of
+ * The performance targets, each with the figure this run measured and whether it is met. Ratios of
  * throughput are medians of per-round ratios (each round runs the cases next to each other, in an
  * order rotated every round).
  */

@@ -1,6 +1,6 @@
 /**
- * The admin API as the page calls it (contract 13 and 15): same origin, the session cookie sent by
- * the browser, and on every change the session's CSRF token. Errors arrive as the contract's body
+ * The admin API as the page calls it: same origin, the session cookie sent by
+ * the browser, and on every change the session's CSRF token. Errors arrive as the JSON error body
  * (`{"status", "code", "message", "request_id"}`) and are thrown as `ApiError`.
  */
 

@@ -8,7 +8,7 @@ import { ROLES, type ShownSecret, type Ui } from './ui';
  * key, whose secret is shown once above the table.
  */
 
-/** The admin API's bounds for a roll's grace period (contract 13). */
+/** The admin API's upper bound for a roll's grace period, in seconds (7 days). */
 const MAX_GRACE_SECONDS = 604_800;
 
 export function keysSection(ui: Ui, account: AccountView): HTMLElement {

@@ -7,7 +7,7 @@ import { usageSection } from './usage-section';
 import { whitelistSection } from './whitelist-section';
 
 /**
- * The operators' dashboard (contract 15): sign-in, accounts and their keys, and with the database
+ * The operators' dashboard: sign-in, accounts and their keys, and with the database
  * key store the changes: create, roll, revoke, role, IP whitelist, limits. Every change is a call
  * of the admin API (api.ts) made through `change()`, then the page is drawn again from the
  * server's state. The page keeps nothing but what it shows, and a new secret only until it is

@@ -1,7 +1,7 @@
 'use strict';
 
 /**
- * Micro-benchmark of the per-request client-address, whitelist and token work (issue 9), before
+ * Micro-benchmark of the per-request client-address, whitelist and token work, before
  * and after, alternated in one process (rounds in rotating order, medians reported). Not a test:
  * run it by hand on a quiet machine.
  *

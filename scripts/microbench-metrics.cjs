@@ -1,7 +1,7 @@
 'use strict';
 
 /**
- * Micro-benchmark of what the metrics add to one request (issue 11): one decision counted, one
+ * Micro-benchmark of what the metrics add to one request: one decision counted, one
  * status counted, one upstream latency observed and one Redis command timed, as the gateway does
  * per allowed request. Prints nanoseconds and bytes allocated per request (median of rounds). Not
  * a test: run it by hand on a quiet machine.

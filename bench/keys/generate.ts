@@ -72,8 +72,8 @@ export function sampledIndexes(count: number, sample: number): number[] {
 }
 
 /**
- * Writes the keys file (contract 3) by streaming accounts, so a million keys never sit in one
- * string; `revoked` names a key index written with `"revoked": true`. Returns its byte size.
+ * Writes the keys file (`{"accounts": [...]}`) by streaming accounts, so a million keys never sit
+ * in one string; `revoked` names a key index written with `"revoked": true`. Returns its byte size.
  */
 export function writeKeysFile(file: string, rows: Iterable<BenchRow>, revoked?: number): number {
   const fd = openSync(file, 'w');

@@ -21,7 +21,7 @@ import {
 import { startStreamProcess, type Waits, waitsBetween } from '../paced-stream';
 
 /**
- * `npm run bench:keys`: the key ring at scale (issue 18). For each population size it generates
+ * `npm run bench:keys`: the key ring at scale. For each population size it generates
  * that many accounts of one key each, in a keys file and in a fresh PostgreSQL cluster, starts the
  * real gateway (`dist/gateway/server.js`, NODE_ENV=production, LOG_LEVEL=warn, in-memory limits,
  * the bundled stub upstream) on each, and prints:
