@@ -6,7 +6,7 @@ import { type AccountView, type Api, ApiError, type NewKey } from './api';
  * reported and followed by a redraw the same way.
  */
 
-/** The seed's roles, lowest first (lib/core/roles.ts). */
+/** The four roles, lowest first (lib/core/roles.ts). */
 export const ROLES = ['level-1', 'level-2', 'level-3', 'administrator'] as const;
 
 /** A secret to show once: the key just created or rolled, and what happened. */

@@ -200,7 +200,10 @@ export interface Gate<Name extends string = string> {
   readonly authFailures: AuthFailureLimiter;
 }
 
-/** The credentials an account's IP whitelist restricts (the seed): secret keys and tokens. */
+/**
+ * The credentials an account's IP whitelist restricts: secret keys and tokens. Publishable keys are
+ * made for browsers, which call from any address.
+ */
 const WHITELISTED_CREDENTIALS: ReadonlySet<CredentialKind> = new Set(['secret', 'token']);
 
 export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyof S & string> {

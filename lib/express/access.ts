@@ -17,7 +17,10 @@ export interface IpWhitelistOptions {
    * (`req.auth.ipWhitelist`); a request whose account has none is not restricted.
    */
   whitelist?: IpWhitelist | readonly string[];
-  /** Which credentials are restricted. Defaults to `['secret', 'token']`, as the seed says. */
+  /**
+   * Which credentials are restricted. Defaults to `['secret', 'token']`: publishable keys are made
+   * for browsers, which call from any address.
+   */
   credentials?: readonly CredentialKind[];
   /**
    * The failed-authentication budget: a refusal here counts against the client IP's, wherever
