@@ -71,17 +71,16 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  *       (bench/naive-composition.ts),
  *   (i) the gateway's forward-auth endpoint (GET /authz/auth-request as nginx sends it) with
  *       Redis limits, TOLLGATE_TRUST_PROXY=127.0.0.1,
- * then the performance targets' ratios from side-by-side rounds of (d), (d'), (h), (c) and (i) (medians of
- * per-round ratios), Redis commands per allowed request (INFO commandstats of the bench's own
- * redis-server), the latency the gateway adds over the stub at a fixed 1,000 requests a second
- * (an open-loop stream, each request timed from when it was due: bench/paced.ts), next to what
- * (d'), (g) and (g') add in the same rounds ((g'): Express 5 with one Redis round trip and the
- * gateway's proxy, no check: bench/express-hops.ts), with each process's collector pauses and the bytes it
- * allocates per request (bench/keys/probe.ts), and (j) the
- * gateway's RSS after BENCH_DISTINCT_IPS (1,000,000) distinct client IPs in X-Forwarded-For on
- * POST /api/v1/checkout/ (per-IP scope), memory and
- * Redis limits, before, after, and after the 60 s window (bench/distinct-ips.ts). The run ends
- * with the table of performance targets, met or not.
+ * then the performance targets' ratios from side-by-side rounds of (d), (d'), (h), (c) and (i)
+ * (medians of per-round ratios), Redis commands per allowed request (INFO commandstats of the
+ * bench's own redis-server), the latency the gateway adds over the stub at a fixed 1,000 requests
+ * a second (an open-loop stream, each request timed from when it was due: bench/paced.ts), next to
+ * what (d'), (g) and (g') add in the same rounds ((g'): Express 5 with one Redis round trip and the
+ * gateway's proxy, no check: bench/express-hops.ts), with each process's collector pauses and the
+ * bytes it allocates per request (bench/keys/probe.ts), and (j) the gateway's RSS after
+ * BENCH_DISTINCT_IPS (1,000,000) distinct client IPs in X-Forwarded-For on POST /api/v1/checkout/
+ * (per-IP scope), memory and Redis limits, before, after, and after the 60 s window
+ * (bench/distinct-ips.ts). The run ends with the table of performance targets, met or not.
  *
  * Settings (environment): BENCH_DURATION seconds per measured case (15), BENCH_WARMUP (3),
  * BENCH_CONNECTIONS (32), BENCH_THREADS (1), BENCH_ACCOUNTS (1000; also the number of wrong keys
