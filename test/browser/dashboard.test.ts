@@ -16,7 +16,7 @@ import { startTestPostgres, type TestPostgres } from '../helpers/postgres';
 import { type HttpResult, httpRequest } from '../helpers/process';
 
 /**
- * The operators' dashboard in a real browser (contract 15, issue 17): Debian's chromium driven by
+ * The operators' dashboard in a real browser: Debian's chromium driven by
  * playwright-core, against two gateways as `npm start` runs them on one PostgreSQL. Every step is
  * done on the page of the first gateway's admin listener, as an operator would, and checked where
  * it matters: on the second gateway's API listener, within 1 s. The page must raise no console
@@ -117,7 +117,7 @@ describeWithBrowser('the dashboard in chromium, two gateways on one PostgreSQL',
   /**
    * A request to the second gateway's API. Each step sends from a loopback address of its own
    * (`from`): polling for a key not yet known there spends that address's failed-authentication
-   * budget (contract 14), not the next step's.
+   * budget, not the next step's.
    */
   const onSecond = (
     route: string,

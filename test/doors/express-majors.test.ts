@@ -30,10 +30,10 @@ import { recordBirths } from '../helpers/births';
 import { freePort } from '../helpers/redis';
 
 /**
- * The Express door on both majors (issue 14): Express 4 does not catch a promise rejected by a
+ * The Express door on both majors: Express 4 does not catch a promise rejected by a
  * middleware, so a kit middleware that returned one would turn a wrong key into an unhandled
  * rejection and end the process. Each case below runs on Express 4 and on Express 5, on an app
- * built with `tollgate()` and on one built from the single middlewares, answers its contract
+ * built with `tollgate()` and on one built from the single middlewares, answers its documented
  * status and JSON body, and the app still answers the next request. The suite listens for
  * `unhandledRejection` and `uncaughtException`, and neither may fire.
  *
@@ -189,7 +189,7 @@ const STYLES = [
   { label: 'the single middlewares', build: withSingleMiddlewares },
 ] as const;
 
-function expectContractError(response: request.Response, status: number, code: string): void {
+function expectErrorAnswer(response: request.Response, status: number, code: string): void {
   expect({ status: response.status, body: response.body as unknown }).toEqual({
     status,
     body: {
@@ -197,7 +197,7 @@ function expectContractError(response: request.Response, status: number, code: s
       code,
       message: expect.any(String) as unknown,
       request_id: expect.any(String) as unknown,
-      // Contract 16: a 429 names the limit that refused.
+      // A 429 names the limit that refused.
       ...(status === 429 ? { scope: expect.stringMatching(/^[a-z][a-z0-9-]*$/) as unknown } : {}),
     },
   });
@@ -364,9 +364,9 @@ for (const major of MAJORS) {
       ];
 
       it.each(cases)(
-        '%s: its contract answer, then the app serves the next request',
+        '%s: its error answer, then the app serves the next request',
         async (_name, send, status, code) => {
-          expectContractError(await send(), status, code);
+          expectErrorAnswer(await send(), status, code);
           await stillServes();
         },
       );
@@ -378,7 +378,7 @@ for (const major of MAJORS) {
           ).toBe(200);
         }
         const over = await request(server).get('/limited').set(secret(fixtures.keys.admin));
-        expectContractError(over, 429, 'rate_limited');
+        expectErrorAnswer(over, 429, 'rate_limited');
         expect(Number(over.headers['retry-after'])).toBeGreaterThanOrEqual(1);
         await stillServes();
       });
@@ -424,14 +424,14 @@ for (const major of MAJORS) {
         await new Promise((resolve) => setTimeout(resolve, 250));
       });
 
-      it('serves right keys, refuses wrong ones with their contract answers, and stays up', async () => {
+      it('serves right keys, refuses wrong ones with their error answers, and stays up', async () => {
         for (let i = 0; i < 3; i++) {
           const served = await request(server)
             .get('/orders')
             .set('Authorization', `Bearer ${fixtures.keys.level2.secretKey}`);
           expect(served.status).toBe(200);
         }
-        expectContractError(
+        expectErrorAnswer(
           await request(server)
             .get('/orders')
             .set('Authorization', `Bearer ${generateKey('secret', 'test')}`),

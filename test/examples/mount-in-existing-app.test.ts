@@ -122,7 +122,7 @@ function expectErrorBody(
     code,
     message: expect.any(String) as unknown,
     request_id: response.headers['x-request-id'],
-    // Contract 16: a 429 names the limit that refused.
+    // A 429 names the limit that refused.
     ...(status === 429 ? { scope: expect.stringMatching(/^[a-z][a-z0-9-]*$/) as unknown } : {}),
   });
 }

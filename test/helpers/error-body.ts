@@ -1,8 +1,8 @@
 import type { IncomingHttpHeaders } from 'node:http';
 
 /**
- * Assertions on the contract's error body (section 7): `Content-Type: application/json` and exactly
- * `{status, code, message, request_id}` (and `scope` on a 429, section 16), with `request_id` equal
+ * Assertions on the JSON error body: `Content-Type: application/json` and exactly
+ * `{status, code, message, request_id}` (and `scope` on a 429), with `request_id` equal
  * to the `X-Request-Id` header.
  */
 
@@ -15,9 +15,9 @@ export interface HttpAnswer {
 export interface ExpectedError {
   readonly status: number;
   readonly code: string;
-  /** Exact text, or a pattern where the contract only says what the message is about. */
+  /** Exact text where the message is fixed, or a pattern where only its subject is. */
   readonly message?: string | RegExp;
-  /** A 429's `scope`: the limit that refused (contract 16). */
+  /** A 429's `scope`: the limit that refused. */
   readonly scope?: string;
 }
 
@@ -32,7 +32,7 @@ export function expectErrorBody(
   expect({ status: answer.status, summary }).toEqual({ status: expected.status, summary });
   expect(answer.headers['content-type']).toMatch(/^application\/json(;|$)/);
   const body = JSON.parse(answer.text) as Record<string, unknown>;
-  // Contract 16: a 429 also names the limit that refused, as its `scope`.
+  // A 429 also names the limit that refused, as its `scope`.
   const limited = expected.status === 429;
   expect(Object.keys(body).sort()).toEqual(
     limited

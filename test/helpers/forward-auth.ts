@@ -22,7 +22,7 @@ export type ProxyKind = 'traefik' | 'caddy' | 'nginx' | 'envoy';
 
 export const PROXY_KINDS: readonly ProxyKind[] = ['traefik', 'caddy', 'nginx', 'envoy'];
 
-/** The gateway's dialect each proxy speaks (contract 12). */
+/** The gateway's dialect each proxy speaks. */
 export const DIALECT_OF: Readonly<Record<ProxyKind, string>> = {
   traefik: 'forward-auth',
   caddy: 'forward-auth',

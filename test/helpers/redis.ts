@@ -7,7 +7,7 @@ import path from 'node:path';
 import { Redis } from 'ioredis';
 
 /**
- * Redis for tests (contract section 11): `REDIS_URL` when set, else a `redis-server` from PATH
+ * Redis for tests: `REDIS_URL` when set, else a `redis-server` from PATH
  * started on a free loopback port. When neither exists the Redis suites are skipped with a loud
  * notice, unless `REQUIRE_REDIS=1`, which makes them fail. Tests never flush a Redis they did not
  * start: every test uses its own key prefix (`uniquePrefix()`).
@@ -186,7 +186,7 @@ export async function acquireTestRedis(): Promise<TestRedis | undefined> {
   return undefined;
 }
 
-/** True when Redis tests can run here; prints the contract's loud notice when they cannot. */
+/** True when Redis tests can run here; prints a loud notice when they cannot and are skipped. */
 export function redisAvailable(): boolean {
   const available = (process.env.REDIS_URL ?? '') !== '' || redisServerPath() !== undefined;
   if (!available && process.env.REQUIRE_REDIS !== '1') {

@@ -2,7 +2,7 @@ import type { TestKey } from './fixtures';
 import type { SendResult, TestGateway } from './gateway';
 
 /**
- * Ways a client presents a credential (contract section 5), and the token exchange, for the
+ * Ways a client presents a credential, and the token exchange, for the
  * integration suites.
  */
 

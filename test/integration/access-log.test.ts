@@ -3,7 +3,7 @@ import { allSecrets } from '../helpers/fixtures';
 import { findLeaks } from '../helpers/logs';
 
 /**
- * The access log (issue 11): one line per request with the decision folded in, refusals at
+ * The access log: one line per request with the decision folded in, refusals at
  * `info`, the probes (`/healthz`, `/readyz`) not logged at `info`, and no secret in any line.
  */
 

@@ -17,7 +17,7 @@ import {
 import { type HttpResult, httpRequest, type NodeProcess } from '../helpers/process';
 
 /**
- * Contract 16, limit overrides, with `TOLLGATE_DATABASE_URL`: the admin route and its refusals on
+ * Accounts' limit overrides with `TOLLGATE_DATABASE_URL`: the admin route and its refusals on
  * a gateway process, a change made on the admin listener of one process measured until a second
  * process on the same PostgreSQL decides with it (within 1 s), and the store's own checks: import
  * and export carry limits, a value written by hand past the API fails closed.

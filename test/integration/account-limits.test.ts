@@ -18,7 +18,7 @@ import {
 import { waitUntil } from '../multiprocess/harness';
 
 /**
- * Contract 16, limit overrides, through the gateway: an account with its own `payments` and
+ * Accounts' limit overrides through the gateway: an account with its own `payments` and
  * `authenticated` limits is admitted exactly that many, with its own quota in `RateLimit-Policy`,
  * while another account stays on the defaults; counted in memory and on a real Redis.
  */

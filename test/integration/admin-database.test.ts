@@ -8,10 +8,10 @@ import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../h
 import { type HttpResult, httpRequest } from '../helpers/process';
 
 /**
- * Contract 13 with `TOLLGATE_DATABASE_URL`: two gateways as `npm start` runs them on one real
- * PostgreSQL. Every key-management route is called on the admin listener of the first, and each
- * change is measured until the second enforces it on its API listener (within 1 s); then hostile
- * admin input, and writes while the database is down.
+ * The admin listener with `TOLLGATE_DATABASE_URL`: two gateways as `npm start` runs them on one
+ * real PostgreSQL. Every key-management route is called on the admin listener of the first, and
+ * each change is measured until the second enforces it on its API listener (within 1 s); then
+ * hostile admin input, and writes while the database is down.
  */
 
 const ADMIN_TOKEN = randomBytes(32).toString('base64url');

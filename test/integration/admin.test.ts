@@ -10,7 +10,7 @@ import { captureLogs, type CapturedLogs, findLeaks } from '../helpers/logs';
 import { type HttpResult, httpRequest } from '../helpers/process';
 
 /**
- * The admin listener of contract 13 with a keys file, as `npm start` runs it: its own port on
+ * The admin listener with a keys file, as `npm start` runs it: its own port on
  * loopback, the key-management routes behind the admin token (digest compared, wrong tokens
  * throttled), reads answered from the keys in force, writes refused with 409, every request
  * audited, nothing secret in an answer or a log line.

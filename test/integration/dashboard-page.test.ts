@@ -12,7 +12,7 @@ import { captureLogs } from '../helpers/logs';
 import { type HttpResult, httpRequest } from '../helpers/process';
 
 /**
- * The dashboard's page and what it reads (contract 15), on an admin listener: the page as `npm run
+ * The dashboard's page and what it reads, on an admin listener: the page as `npm run
  * build` made it (dist/dashboard), its script and stylesheet under hashed names cached for a year,
  * nothing inline for the strict policy to block, and nothing else on disk reachable; the session
  * telling the page why it is read-only; and `GET /admin/v1/accounts/:id/decisions`, the chart's

@@ -6,7 +6,7 @@ import { captureLogs, type CapturedLogs, findLeaks } from '../helpers/logs';
 import { type HttpResult, httpRequest } from '../helpers/process';
 
 /**
- * The dashboard's sign-in and the protection of contract 15, on the admin listener as `npm start`
+ * The dashboard's sign-in and its protections, on the admin listener as `npm start`
  * runs it (a keys file: the routes read, writes answer 409 once they are let through): the admin
  * token posted once for an `HttpOnly`, `SameSite=Strict` cookie that stands in for it, sign-out,
  * wrong tokens throttled, and every change made with the cookie refused with `403

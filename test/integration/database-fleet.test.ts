@@ -12,11 +12,12 @@ import {
 import { type HttpResult, httpRequest, type NodeProcess } from '../helpers/process';
 
 /**
- * Contract 13 across a fleet, as operators run it: two gateway PROCESSES (`dist/gateway/server.js`,
- * what `npm start` runs) on one real PostgreSQL. A change made on the admin listener of the first
- * is measured until the second enforces it (within 1 s, tokens included); then the database is
- * killed and restarted while both serve a steady stream of requests: no 5xx, no request waits on
- * the database, the keys in force stay in force, and changes flow again once it is back.
+ * Keys in PostgreSQL across a fleet, as operators run it: two gateway PROCESSES
+ * (`dist/gateway/server.js`, what `npm start` runs) on one real PostgreSQL. A change made on the
+ * admin listener of the first is measured until the second enforces it (within 1 s, tokens
+ * included); then the database is killed and restarted while both serve a steady stream of
+ * requests: no 5xx, no request waits on the database, the keys in force stay in force, and changes
+ * flow again once it is back.
  */
 
 const ADMIN_TOKEN = randomBytes(32).toString('base64url');
@@ -211,7 +212,7 @@ describeWithPostgres('two gateway processes on one PostgreSQL key store', () => 
     phase = 'outage';
     await server.kill();
     await second.process.waitForEntry((entry) => entry.event === 'keys.stale', secondLogsFrom);
-    // Readiness says so, and stays 200: the last keys loaded are in force (contract 13).
+    // Readiness says so, and stays 200: the last keys loaded are in force.
     const stale = await readyz(second);
     expect(stale.status).toBe(200);
     expect(stale.body).toMatchObject({ status: 'ready', checks: { keys: { status: 'stale' } } });

@@ -29,8 +29,8 @@ import { startRecordingUpstream } from '../helpers/upstream';
 import { exchangeToken } from '../helpers/routes';
 
 /**
- * Every error code of contract section 7, produced over HTTP, with the exact body shape and the
- * contract's messages, and nothing secret in any answer or log line.
+ * Every error code, produced over HTTP, with the exact body shape and the
+ * documented messages, and nothing secret in any answer or log line.
  */
 
 const BODY_LIMIT_BYTES = 64 * 1024;
@@ -49,7 +49,7 @@ interface ErrorCase {
   readonly request: (gateway: TestGateway, token: string) => SendOptions;
 }
 
-describe('error answers (contract section 7)', () => {
+describe('error answers', () => {
   let gateway: TestGateway;
   let token: string;
   const secretsOf = (): string[] => [...allSecrets(gateway.fixtures), token];

@@ -19,9 +19,9 @@ import {
 import { exchangeToken, sleep } from '../helpers/routes';
 
 /**
- * Contract 12 over real sockets: the forward-auth door asked the way Traefik, Caddy, nginx and
- * Envoy ask (test/helpers/forward-auth.ts), on the sample gateway's route table. The gateway trusts
- * 127.0.0.1 as its proxy; client addresses travel in X-Forwarded-For.
+ * Forward authentication over real sockets: the forward-auth door asked the way Traefik, Caddy,
+ * nginx and Envoy ask (test/helpers/forward-auth.ts), on the sample gateway's route table. The
+ * gateway trusts 127.0.0.1 as its proxy; client addresses travel in X-Forwarded-For.
  */
 
 const PUBLIC_KEY_HEADER = 'x-service-public-api-key';
@@ -75,7 +75,7 @@ function expectRefused(
   return restored;
 }
 
-describe('forward authentication (contract 12)', () => {
+describe('forward authentication', () => {
   let gateway: TestGateway;
 
   beforeAll(async () => {

@@ -7,7 +7,7 @@ import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
 import { exchange, exchangeToken, sleep } from '../helpers/routes';
 
 /**
- * A key's `expiresAt` (contract 13), enforced when a credential is checked, through the gateway's
+ * A key's `expiresAt`, enforced when a credential is checked, through the gateway's
  * own routes and the forward-auth door: the key answers `401 expired_api_key` from its deadline on,
  * and tokens minted from it before stop working then (`401 invalid_token`).
  */

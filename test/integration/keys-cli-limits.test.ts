@@ -10,7 +10,7 @@ import { expectOneLineError, runKeys } from '../helpers/keys-cli';
 import type { Finished } from '../helpers/process';
 
 /**
- * The key command's `set-limits` (contract 16) on a keys file and on the database, and `list`,
+ * The key command's `set-limits` on a keys file and on the database, and `list`,
  * `export` and `import` carrying an account's limits. A refusal is one line naming the account and
  * the scope, and changes nothing.
  */

@@ -9,7 +9,7 @@ import { expectOneLineError, runKeys } from '../helpers/keys-cli';
 import type { Finished } from '../helpers/process';
 
 /**
- * The key command's `set-permissions` and `create --permissions` (contract 16) on a keys file and
+ * The key command's `set-permissions` and `create --permissions` on a keys file and
  * on the database, and `list`, `roll` and `export` carrying a key's list. A refusal is one line
  * naming the key and the permission, and changes nothing.
  */

@@ -13,7 +13,7 @@ import { findLeaks } from '../helpers/logs';
 import { exchange, sleep } from '../helpers/routes';
 
 /**
- * Contract section 8 with in-memory counters: exact limits, Retry-After, the IETF RateLimit headers,
+ * Rate limits with in-memory counters: exact limits, Retry-After, the IETF RateLimit headers,
  * what each scope counts per (account or client IP), and the per-IP limit on failed authentication.
  */
 
@@ -141,7 +141,7 @@ function expectLimited(result: SendResult, name: string, limit: number, windowMs
   expect(stateOf(result.headers, name)?.r).toBe(0);
 }
 
-describe('rate limits in memory (contract section 8)', () => {
+describe('rate limits in memory', () => {
   let gateway: TestGateway;
 
   beforeEach(async () => {
@@ -458,8 +458,8 @@ describe('Retry-After against the real reset (short window)', () => {
 });
 
 describe('the default limits (1500 / 100 / 30 / 45 per minute)', () => {
-  /** Contract section 8. */
-  const CONTRACT_LIMITS: Record<ScopeName, number> = {
+  /** The documented limits per minute, written out independently of the gateway's config. */
+  const DOCUMENTED_LIMITS: Record<ScopeName, number> = {
     payments: 1500,
     authenticated: 100,
     'checkout-create': 30,
@@ -474,9 +474,9 @@ describe('the default limits (1500 / 100 / 30 / 45 per minute)', () => {
     await gateway.close();
   });
 
-  it("admit exactly the contract's numbers per scope, then 429", async () => {
+  it('admit exactly the documented numbers per scope, then 429', async () => {
     for (const entry of SCOPES) {
-      const limit = CONTRACT_LIMITS[entry.name];
+      const limit = DOCUMENTED_LIMITS[entry.name];
       const before = gateway.upstream.requests.length;
       const statuses = await sendMany(gateway, entry.request(gateway), limit, 25);
       expect(statuses.filter((status) => status >= 300)).toEqual([]);

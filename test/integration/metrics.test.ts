@@ -16,7 +16,7 @@ import {
 } from '../helpers/redis';
 
 /**
- * `GET /metrics` on the admin listener (contract 13): a scripted mix of allowed, refused, limited
+ * `GET /metrics` on the admin listener: a scripted mix of allowed, refused, limited
  * and degraded requests is found counted with the right labels, and 10,000 distinct keys and
  * client addresses add no series (no key id, account or address is ever a label).
  *

@@ -18,9 +18,9 @@ import {
 import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 
 /**
- * The five ways a new user mounted the single middlewares wrongly (issue 7), each now failing
- * closed (`500 internal_error` and a logged misconfiguration naming the missing step), and the
- * same app written with `tollgate().protect()`, where the mistake cannot be expressed. Requests
+ * Five ways a new user mounted the single middlewares wrongly, each failing closed
+ * (`500 internal_error` and a logged misconfiguration naming the missing step), and the same app
+ * written with `tollgate().protect()`, where the mistake cannot be expressed. Requests
  * come from 127.0.0.1; the fixtures' `walled` account whitelists 127.0.0.2 and 127.0.10.0/24 only.
  */
 
@@ -59,7 +59,7 @@ function bearer(secret: string): Record<string, string> {
   return { Authorization: `Bearer ${secret}` };
 }
 
-/** The response is the contract's 500 and the log line names the misconfigured step. */
+/** The response is `500 internal_error` and the log line names the misconfigured step. */
 function expectFailedClosed(
   response: request.Response,
   errors: readonly LoggedError[],

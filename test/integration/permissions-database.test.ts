@@ -16,7 +16,7 @@ import {
 import { type HttpResult, httpRequest, type NodeProcess } from '../helpers/process';
 
 /**
- * Contract 16, restricted keys, with `TOLLGATE_DATABASE_URL`: `PATCH /admin/v1/keys/:id` and key
+ * Restricted keys with `TOLLGATE_DATABASE_URL`: `PATCH /admin/v1/keys/:id` and key
  * creation with permissions on a gateway process, their refusals, a change made on the admin
  * listener of one process measured until a second process on the same PostgreSQL decides with it
  * (within 1 s, for a secret key and a token alike), and the store's own checks: import, export

@@ -23,7 +23,7 @@ import { waitUntil } from '../multiprocess/harness';
 import { generateKey } from '../../lib/keys/key-format';
 
 /**
- * Contract 16, restricted keys, through every door: the gateway's own routes, forward
+ * Restricted keys through every door: the gateway's own routes, forward
  * authentication (as each proxy asks) and `protect()` in an app of one's own. A key with a list
  * may call only the routes whose permission it holds, on top of its role; a key without one all
  * its role allows; publishable keys are never restricted; tokens are restricted like their key,

@@ -6,7 +6,7 @@ import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
 import { findLeaks } from '../helpers/logs';
 import { exchangeToken } from '../helpers/routes';
 
-/** Contract section 9: what the upstream receives, and what comes back from it. */
+/** Proxying: what the upstream receives, and what comes back from it. */
 
 const PK_HEADER = 'X-Service-Public-API-Key';
 

@@ -17,7 +17,7 @@ import { freePort } from '../helpers/redis';
 import { startRecordingUpstream, type RecordingUpstream } from '../helpers/upstream';
 
 /**
- * `GET /readyz` (contract 13) on the main and the admin listener: ready once keys are loaded and
+ * `GET /readyz` on the main and the admin listener: ready once keys are loaded and
  * the upstream answers; 503 `not_ready` with the reason otherwise; Redis degraded and a stale key
  * database leave it ready and say so. `/healthz` stays liveness.
  */
@@ -56,7 +56,7 @@ async function readyz(app: GatewayApp, path = '/readyz'): Promise<ReadyzAnswer> 
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-/** The 503: the contract 7 body (`not_ready`, the reason as message) plus `checks` and `warnings`. */
+/** The 503: the JSON error body (`not_ready`, the reason as message), `checks` and `warnings`. */
 function expectNotReady(
   answer: { status: number; headers: Record<string, unknown>; body: unknown },
   message: string,

@@ -14,25 +14,25 @@ import {
 } from '../helpers/routes';
 
 /**
- * Contract section 4, route by route: which credentials each route accepts, the minimum role, the
- * trailing slash, 405 with `Allow`, 404, `/healthz` and HEAD. The route table of the gateway drives
- * the loops; the expectations come from the table below, copied from the contract.
+ * The sample gateway's routes, one by one: which credentials each route accepts, the minimum role,
+ * the trailing slash, 405 with `Allow`, 404, `/healthz` and HEAD. The route table of the gateway
+ * drives the loops; the expectations come from the table below, the routes as documented.
  */
 
 type Kind = 'secret' | 'token' | 'publishable';
 
-interface ContractRoute {
+interface DocumentedRoute {
   readonly method: 'GET' | 'POST';
   readonly path: string;
   readonly accepts: readonly Kind[] | 'key-pair';
-  /** `undefined`: any role (the contract's "any" and "—"). */
+  /** `undefined`: any role. */
   readonly minimumRole?: Role;
 }
 
 const BEARER: readonly Kind[] = ['secret', 'token'];
 
-/** Contract section 4, "Routes of the sample gateway". */
-const CONTRACT: readonly ContractRoute[] = [
+/** The sample gateway's routes as documented, written out independently of `gateway/routes.ts`. */
+const DOCUMENTED_ROUTES: readonly DocumentedRoute[] = [
   { method: 'POST', path: '/api/v1/auth/generate-token/', accepts: 'key-pair' },
   { method: 'GET', path: '/api/v1/wallets/', accepts: BEARER },
   { method: 'GET', path: '/api/v1/transactions/', accepts: BEARER },
@@ -46,7 +46,7 @@ const CONTRACT: readonly ContractRoute[] = [
   { method: 'POST', path: '/api/v1/chargebacks/', accepts: BEARER, minimumRole: 'level-2' },
 ];
 
-/** How the contract says "which credential the route needs". */
+/** How a `credential_not_allowed` message names the credentials the route needs. */
 const KIND_WORDS: Record<Kind, RegExp> = {
   secret: /secret key/,
   token: /token/,
@@ -62,11 +62,11 @@ const ROLE_KEYS: Record<Role, 'level1' | 'level2' | 'level3' | 'admin'> = {
 
 const QUERY = '?a=1&b=2';
 
-function contractFor(method: string, path: string): ContractRoute {
-  const route = CONTRACT.find(
+function documentedRoute(method: string, path: string): DocumentedRoute {
+  const route = DOCUMENTED_ROUTES.find(
     (candidate) => candidate.method === method && candidate.path === path,
   );
-  if (route === undefined) throw new Error(`${method} ${path} is not a route of the contract`);
+  if (route === undefined) throw new Error(`${method} ${path} is not a documented route`);
   return route;
 }
 
@@ -83,7 +83,7 @@ type Expectation =
   | { outcome: 'proxied' }
   | { outcome: 'refused'; status: number; code: string; message: RegExp | string };
 
-function expectationFor(route: ContractRoute, kind: Kind, role: Role): Expectation {
+function expectationFor(route: DocumentedRoute, kind: Kind, role: Role): Expectation {
   if (route.accepts === 'key-pair') throw new Error('the token exchange has its own cases');
   if (!route.accepts.includes(kind)) {
     const words = route.accepts.map((accepted) => KIND_WORDS[accepted]);
@@ -105,7 +105,7 @@ function expectationFor(route: ContractRoute, kind: Kind, role: Role): Expectati
   return { outcome: 'proxied' };
 }
 
-describe('the routes of contract section 4', () => {
+describe('the routes of the sample gateway', () => {
   let gateway: TestGateway;
   const tokens = new Map<Role, string>();
 
@@ -136,9 +136,9 @@ describe('the routes of contract section 4', () => {
     ).toEqual([]);
   });
 
-  it('the gateway serves exactly the routes the contract lists', () => {
+  it('the gateway serves exactly the documented routes', () => {
     const served = ROUTES.map((route) => `${route.method} ${route.path}`).sort();
-    const listed = CONTRACT.map((route) => `${route.method} ${route.path}`).sort();
+    const listed = DOCUMENTED_ROUTES.map((route) => `${route.method} ${route.path}`).sort();
     expect(served).toEqual(listed);
   });
 
@@ -156,10 +156,10 @@ describe('the routes of contract section 4', () => {
         (entry) => entry.method === route.method && entry.path === route.path,
       );
       it.each(cases.map((entry) => [entry.presentation, entry.role] as const))(
-        'with a %s credential of a key of role %s answers as the contract says',
+        'with a %s credential of a key of role %s answers as documented',
         async (presentation: Presentation, role: Role) => {
-          const contract = contractFor(route.method, route.path);
-          const expected = expectationFor(contract, credentialKindOf(presentation), role);
+          const documented = documentedRoute(route.method, route.path);
+          const expected = expectationFor(documented, credentialKindOf(presentation), role);
           const key = keyOf(role);
           const presented = present(presentation, key, tokens.get(role) ?? '');
           const body = oddlySpacedBody(presented.bodyField, route.method === 'POST');
@@ -258,10 +258,10 @@ describe('the routes of contract section 4', () => {
     );
 
     it.each(withAndWithout)('%s %s matches its route', async (method, path, pattern) => {
-      const contract = contractFor(method, pattern);
+      const documented = documentedRoute(method, pattern);
       const admin = gateway.fixtures.keys.admin;
       const before = gateway.upstream.requests.length;
-      if (contract.accepts === 'key-pair') {
+      if (documented.accepts === 'key-pair') {
         const result = await gateway.send({
           method,
           path,
@@ -272,7 +272,7 @@ describe('the routes of contract section 4', () => {
         expect(gateway.upstream.requests.length).toBe(before);
         return;
       }
-      const presentation: Presentation = contract.accepts.includes('secret')
+      const presentation: Presentation = documented.accepts.includes('secret')
         ? 'secret'
         : 'publishable-header';
       const presented = present(presentation, admin, '');
@@ -284,9 +284,9 @@ describe('the routes of contract section 4', () => {
   });
 
   describe('405 for a known path with another method', () => {
-    const paths = [...new Set(CONTRACT.map((route) => route.path))];
+    const paths = [...new Set(DOCUMENTED_ROUTES.map((route) => route.path))];
     const cases = paths.flatMap((pattern) => {
-      const allowed = CONTRACT.filter((route) => route.path === pattern).map(
+      const allowed = DOCUMENTED_ROUTES.filter((route) => route.path === pattern).map(
         (route) => route.method,
       );
       const expectedAllow = (allowed.includes('GET') ? [...allowed, 'HEAD'] : allowed).sort();
@@ -371,9 +371,9 @@ describe('the routes of contract section 4', () => {
     it.each(getRoutes.map((route) => [route.path]))(
       'HEAD %s is proxied as HEAD with the path unchanged',
       async (pattern) => {
-        const contract = contractFor('GET', pattern);
-        if (contract.accepts === 'key-pair') throw new Error('no GET route takes a key pair');
-        const presentation: Presentation = contract.accepts.includes('secret')
+        const documented = documentedRoute('GET', pattern);
+        if (documented.accepts === 'key-pair') throw new Error('no GET route takes a key pair');
+        const presentation: Presentation = documented.accepts.includes('secret')
           ? 'secret'
           : 'publishable-header';
         const path = concrete(pattern) + QUERY;

@@ -21,7 +21,7 @@ import { freePort } from '../helpers/redis';
 import { startRecordingUpstream, type RecordingUpstream } from '../helpers/upstream';
 
 /**
- * `node dist/gateway/server.js` as operators run it (contract sections 1 to 3): demo credentials,
+ * `node dist/gateway/server.js` as operators run it: demo credentials,
  * refusal of invalid configuration, SIGHUP reload of the keys file, SIGTERM drain.
  */
 

@@ -5,7 +5,7 @@ import { createFixtures } from '../helpers/fixtures';
 import { bearer, type SendResult, startTestGateway, type TestGateway } from '../helpers/gateway';
 
 /**
- * Shadow mode (issue 11): a limit scope or an account's IP whitelist set in shadow is decided,
+ * Shadow mode: a limit scope or an account's IP whitelist set in shadow is decided,
  * logged and counted as `would_refuse`, and the request passes. Credentials and roles are never in
  * shadow: an unauthenticated or under-privileged request is refused whatever is configured.
  */

@@ -11,7 +11,7 @@ import { captureLogs, findLeaks } from '../helpers/logs';
 import { startRecordingUpstream } from '../helpers/upstream';
 import { exchange, exchangeToken } from '../helpers/routes';
 
-/** Contract section 6: the token exchange, the token's claims, expiry, revocation and bad bodies. */
+/** The token exchange, the token's claims, expiry, revocation and bad bodies. */
 
 const GENERATE_TOKEN = '/api/v1/auth/generate-token/';
 

@@ -7,8 +7,9 @@ import { findLeaks } from '../helpers/logs';
 import { exchange, exchangeToken } from '../helpers/routes';
 
 /**
- * Seed 5.5 and contract sections 6 and 10 over real source addresses: acct_walled allows
- * 127.0.0.2, 127.0.10.0/24 and 2001:db8::/32. Publishable keys are not restricted.
+ * Accounts' IP whitelists (secret keys, tokens, the token exchange; IPv4-mapped addresses) over
+ * real source addresses: acct_walled allows 127.0.0.2, 127.0.10.0/24 and 2001:db8::/32.
+ * Publishable keys are not restricted.
  */
 
 const DENIED = {

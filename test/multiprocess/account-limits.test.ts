@@ -19,7 +19,7 @@ import {
 } from './harness';
 
 /**
- * Contract 16 across a fleet: an account's own limit is just another limit on the same shared
+ * Limit overrides across a fleet: an account's own limit is just another limit on the same shared
  * counter, so two gateway processes on one Redis, hit at once with three times the override,
  * admit exactly the override together, and every answer shows the account's own quota.
  */

@@ -196,7 +196,7 @@ function expectErrorBody(reply: Reply, status: number, code: string): void {
       code,
       message: expect.any(String) as unknown,
       request_id: expect.any(String) as unknown,
-      // Contract 16: a 429 names the limit that refused.
+      // A 429 names the limit that refused.
       ...(status === 429 ? { scope: expect.stringMatching(/^[a-z][a-z0-9-]*$/) as unknown } : {}),
     },
   });

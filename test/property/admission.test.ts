@@ -14,7 +14,7 @@ import {
 } from '../helpers/redis';
 
 /**
- * All or nothing (contract 16), under random sequences of requests over two accounts (one with
+ * All or nothing, under random sequences of requests over two accounts (one with
  * limit overrides), three client IPs and both credential kinds, on a route meeting one limit
  * (`authenticated`) and one meeting two for publishable keys (`payments` and its per-IP cap):
  *
@@ -34,7 +34,7 @@ const SCOPES = {
 type ScopeName = keyof typeof SCOPES;
 const ACCOUNTS = ['acct_a', 'acct_b'] as const;
 type Account = (typeof ACCOUNTS)[number];
-/** `acct_b` has its own limits (contract 16): one above the default, one below. */
+/** `acct_b` has its own limits: one above the default, one below. */
 const OVERRIDES: Readonly<Record<Account, Partial<Record<ScopeName, number>>>> = {
   acct_a: {},
   acct_b: { payments: 7, authenticated: 1 },

@@ -8,7 +8,7 @@ import { expectSafeAnswer, expectSafeLogs, UNTHROTTLED } from '../security/hosti
 
 /**
  * Credential parsing under random input: whatever the Authorization header, publishable-key header
- * or `public_key` field holds, the answer is a 4xx with the contract body (never a 5xx, never an
+ * or `public_key` field holds, the answer is a 4xx with the JSON error body (never a 5xx, never an
  * authentication), and the pure parser only ever throws the kit's own errors.
  */
 
@@ -60,7 +60,7 @@ describe('credential parsing over HTTP', () => {
     await gateway.close();
   });
 
-  it('answers any Authorization value on any route with a 4xx and the contract body', async () => {
+  it('answers any Authorization value on any route with a 4xx and the JSON error body', async () => {
     await fc.assert(
       fc.asyncProperty(route, authorization, async ({ method, path }, value) => {
         const firstLine = gateway.logs.lines.length;

@@ -12,10 +12,10 @@ import {
 
 /**
  * nginx and Caddy, run for real from the files in `deploy/`, in front of the sample gateway (asked
- * through its forward-auth endpoints, contract 12) and a recording payments upstream. Every route
- * of contract 4, each credential kind, roles, the whitelist and a spent limit, as a client of the
- * proxy sees them; the upstream must receive exactly the allowed requests, with the gateway's
- * identity headers and without the client's credentials or forged identity.
+ * through its forward-auth endpoints) and a recording payments upstream. Every route of the sample
+ * gateway, each credential kind, roles, the whitelist and a spent limit, as a client of the proxy
+ * sees them; the upstream must receive exactly the allowed requests, with the gateway's identity
+ * headers and without the client's credentials or forged identity.
  */
 
 const PUBLIC_KEY_HEADER = 'x-service-public-api-key';

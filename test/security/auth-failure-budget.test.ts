@@ -14,13 +14,13 @@ import {
 } from '../helpers/redis';
 
 /**
- * Contract 14.1, the failed-authentication budget (20 failures per minute per client IP), against
- * guesses that arrive together: bodies held back on many connections until every head is in,
- * requests pipelined in one write, many concurrent connections, and two instances sharing Redis.
- * In every shape the right credential comes after the budget is spent, and must get the contract's
- * 429 `rate_limited` (never reaching the upstream) while one instance compares at most 20 wrong
- * credentials (401). Each shape runs on a gateway counting in memory and on one sharing a real
- * Redis (its own key prefix; the shared Redis is never flushed). The limits are the defaults.
+ * The failed-authentication budget (20 failures per minute per client IP), against guesses that
+ * arrive together: bodies held back on many connections until every head is in, requests pipelined
+ * in one write, many concurrent connections, and two instances sharing Redis. In every shape the
+ * right credential comes after the budget is spent, and must get the same 429 `rate_limited` as a
+ * wrong one (never reaching the upstream) while one instance compares at most 20 wrong credentials
+ * (401). Each shape runs on a gateway counting in memory and on one sharing a real Redis (its own
+ * key prefix; the shared Redis is never flushed). The limits are the defaults.
  */
 
 const BUDGET = DEFAULT_LIMITS.authFailures;
@@ -222,7 +222,7 @@ function tally(answers: readonly Answer[]): Record<number, number> {
   return counts;
 }
 
-/** The contract's 429: JSON body, integer Retry-After within the window. */
+/** The 429 `rate_limited`: JSON body, integer Retry-After within the window. */
 function expectRateLimited(answer: Answer | undefined): void {
   expect(answer?.status).toBe(429);
   expect(answer?.body).toEqual({
@@ -513,7 +513,8 @@ for (const mode of MODES) {
         );
         const answers = await pipelined(second.port, ip, heads);
 
-        // Both instances together compare at most the budget and one more (contract 14.1).
+        // Both instances together compare at most the budget and one more: N instances sharing
+        // Redis may compare N - 1 guesses beyond it, since each counts in its own memory first.
         const compared = answers.filter(({ status }) => status === 401).length;
         expect({ rightKey: answers[50]?.status, compared }).toEqual({
           rightKey: 429,

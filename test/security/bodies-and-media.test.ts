@@ -355,7 +355,7 @@ const cases: HostileCase[] = [
     ...accepted,
   },
   {
-    name: 'Transfer-Encoding and Content-Length together (raw): 400 with the contract body',
+    name: 'Transfer-Encoding and Content-Length together (raw): 400 with the JSON error body',
     request: ({ keys }) => ({
       raw: {
         method: 'POST',
@@ -373,7 +373,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'Transfer-Encoding gzip without chunked (raw): 400 with the contract body',
+    name: 'Transfer-Encoding gzip without chunked (raw): 400 with the JSON error body',
     request: ({ keys }) => ({
       raw: {
         method: 'POST',
@@ -390,7 +390,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'bytes beyond a short Content-Length are a second, malformed request (raw): 400 with the contract body',
+    name: 'bytes beyond a short Content-Length are a second, malformed request (raw): 400 with the JSON error body',
     request: ({ keys }) => ({
       raw: {
         method: 'POST',

@@ -17,8 +17,7 @@ import {
 import { rawRequest, sendRaw } from './raw-http';
 
 /**
- * Contract 14.6 (declared lengths), 14.7, 14.8, 14.10 and section 8 (publishable keys): how a
- * request is framed, what a token's JOSE header may hold, what reaches the log, and how many
+ * How a request is framed, what a token's JOSE header may hold, what reaches the log, and how many
  * `payments` calls one browser with a merchant's publishable key can make.
  *
  * - A declared `Content-Length` over the 64 KB body limit answers 413 at once, from the header,
@@ -36,7 +35,7 @@ import { rawRequest, sendRaw } from './raw-http';
 const WALLETS = '/api/v1/wallets/';
 const STATUS = '/api/v1/payment/status/';
 const PAYOUTS = '/api/v1/payouts/';
-/** Contract 8: publishable-key requests in the `payments` scope, per client IP per minute. */
+/** The cap on publishable-key requests in the `payments` scope, per client IP per minute. */
 const PUBLISHABLE_PER_IP = 45;
 const WINDOW_SECONDS = 60;
 /** The 413 must come from the header: well before this. */
@@ -106,7 +105,7 @@ for (const mode of MODES) {
       await testRedis?.close();
     });
 
-    describe('a declared length over the body limit (contract 14.6)', () => {
+    describe('a declared length over the body limit', () => {
       it.each([['70000'], ['99999999999']])(
         'Content-Length: %s with 2 bytes sent: 413 payload_too_large at once, and the connection closed',
         async (length) => {
@@ -141,8 +140,8 @@ for (const mode of MODES) {
       );
     });
 
-    describe('an HTTP/1.1 request without Host (contract 14.7)', () => {
-      it('answers 400 invalid_request with the contract body, and forwards nothing', async () => {
+    describe('an HTTP/1.1 request without Host', () => {
+      it('answers 400 invalid_request with the JSON error body, and forwards nothing', async () => {
         const result = await sendRaw({
           port: gateway.port,
           bytes: rawRequest({
@@ -157,7 +156,7 @@ for (const mode of MODES) {
       });
     });
 
-    describe('JOSE headers of tokens (contract 14.8)', () => {
+    describe('JOSE headers of tokens', () => {
       /** A token signed with the gateway's secret, with the claims it mints and this header. */
       const signed = (header: Record<string, unknown>): string => {
         const { level1 } = gateway.fixtures.keys;
@@ -208,7 +207,7 @@ for (const mode of MODES) {
       );
     });
 
-    describe('known keys pasted into a path or a query (contract 14.10)', () => {
+    describe('known keys pasted into a path or a query', () => {
       const shapes: [string, (gateway: TestGateway) => string][] = [
         ['an opaque secret key', () => opaque.secretKey],
         ['an opaque secret key holding `/`', ({ fixtures }) => fixtures.keys.foreign.secretKey],
@@ -247,7 +246,7 @@ for (const mode of MODES) {
       });
     });
 
-    describe('publishable keys in the payments scope (contract 8)', () => {
+    describe('publishable keys in the payments scope', () => {
       it(`allows ${PUBLISHABLE_PER_IP} payment-status calls per IP with a publishable key, then 429; other IPs and the secret key are unaffected`, async () => {
         const { admin } = gateway.fixtures.keys;
         const statusCall = (ip: string) =>

@@ -166,7 +166,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'a 20 KB Authorization value (raw): 431 headers_too_large with the contract body',
+    name: 'a 20 KB Authorization value (raw): 431 headers_too_large with the JSON error body',
     request: () => ({
       raw: { target: WALLETS, headers: [['Authorization', `Bearer ${'k'.repeat(20 * 1024)}`]] },
     }),
@@ -205,7 +205,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'a NUL byte inside the Authorization value (raw): 400 with the contract body',
+    name: 'a NUL byte inside the Authorization value (raw): 400 with the JSON error body',
     request: ({ keys }) => ({
       raw: { target: WALLETS, headers: [['Authorization', `Bearer ${keys.admin.secretKey}\0`]] },
     }),
@@ -214,7 +214,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'a bare CR used to inject a header (raw): 400 with the contract body',
+    name: 'a bare CR used to inject a header (raw): 400 with the JSON error body',
     request: ({ keys }) => ({
       raw: {
         target: WALLETS,
@@ -228,7 +228,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'an obs-fold continuation line splitting the value (raw): 400 with the contract body',
+    name: 'an obs-fold continuation line splitting the value (raw): 400 with the JSON error body',
     request: ({ keys }) => ({
       raw: { target: WALLETS, headers: [['Authorization', `Bearer\r\n ${keys.admin.secretKey}`]] },
     }),
@@ -237,7 +237,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'lines ending in a bare LF (raw): 400 with the contract body',
+    name: 'lines ending in a bare LF (raw): 400 with the JSON error body',
     request: ({ keys }) => ({
       raw: {
         target: WALLETS,
@@ -250,7 +250,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'a space before the colon of the header name (raw): 400 with the contract body',
+    name: 'a space before the colon of the header name (raw): 400 with the JSON error body',
     request: ({ keys }) => ({
       raw: { target: WALLETS, headers: [['Authorization ', `Bearer ${keys.admin.secretKey}`]] },
     }),
@@ -407,7 +407,7 @@ const cases: HostileCase[] = [
     upstream: false,
   },
   {
-    name: 'a negative Content-Length (raw): 400 with the contract body',
+    name: 'a negative Content-Length (raw): 400 with the JSON error body',
     request: ({ keys }) => ({
       raw: {
         method: 'POST',

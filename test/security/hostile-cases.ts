@@ -63,9 +63,9 @@ export interface HostileCase {
   readonly code: ErrorCode | null;
   /** Whether the request reaches the upstream. */
   readonly upstream: boolean;
-  /** The exact error message, where the contract fixes it. */
+  /** The exact error message, where it is fixed (`Invalid API key`, …). */
   readonly message?: string;
-  /** A 429's `scope`: the limit that refused (contract 16). */
+  /** A 429's `scope`: the limit that refused. */
   readonly scope?: string;
   /** Requests sent first (their outcome is not asserted), e.g. to use up a limit. */
   readonly prepare?: (ctx: CaseContext) => Promise<void>;
@@ -149,7 +149,7 @@ export async function runCase(gateway: TestGateway, row: HostileCase): Promise<v
     status: row.status,
     code: row.code,
   });
-  if (row.code !== null) expectContractBody(result, row);
+  if (row.code !== null) expectRefusalBody(result, row);
   const reached = gateway.upstream.requests.slice(firstUpstream);
   expect(reached.length).toBe(row.upstream ? 1 : 0);
   for (const forwarded of reached) expectNoCredentialForwarded(forwarded, gateway);
@@ -186,14 +186,14 @@ function errorCode(result: CaseResult): string | null {
   return typeof code === 'string' ? code : null;
 }
 
-function expectContractBody(result: CaseResult, row: HostileCase): void {
+function expectRefusalBody(result: CaseResult, row: HostileCase): void {
   expect(String(result.headers['content-type'])).toMatch(/^application\/json/);
   expect(result.body).toEqual({
     status: row.status,
     code: row.code,
     message: row.message ?? (expect.any(String) as unknown),
     request_id: expect.any(String) as unknown,
-    // Contract 16: a 429 names the limit that refused.
+    // A 429 names the limit that refused.
     ...(row.status === 429 ? { scope: row.scope ?? (expect.any(String) as unknown) } : {}),
   });
   expect(ERROR_CODES).toContain(row.code);
@@ -289,7 +289,7 @@ export const UNTHROTTLED = { limits: { authFailures: 100_000 } } as const;
 
 /**
  * What the answer to any input must satisfy (property tests): never a 5xx; an error carries the
- * contract body with a known code; nothing protected and no library message is shown.
+ * JSON error body with a known code; nothing protected and no library message is shown.
  */
 export function expectSafeAnswer(
   result: CaseResult,

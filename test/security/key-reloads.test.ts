@@ -23,7 +23,7 @@ import {
 } from '../helpers/redis';
 
 /**
- * Contract 14.2, key reloads against the real process (`node dist/gateway/server.js`): reloads are
+ * Key reloads against the real process (`node dist/gateway/server.js`): reloads are
  * serialised and coalesced, so a SIGHUP during a reload schedules exactly one more; the file read
  * last is the one in force; and every request in flight is answered, however many signals arrive.
  *
@@ -167,7 +167,7 @@ const MODES: readonly Mode[] = [
 ];
 
 for (const mode of MODES) {
-  mode.describe(`key reloads of the gateway process (contract 14.2), ${mode.label}`, () => {
+  mode.describe(`key reloads of the gateway process, ${mode.label}`, () => {
     const server = distScript('gateway/server.js');
     let testRedis: TestRedis | undefined;
     let directory: string;

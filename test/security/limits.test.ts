@@ -12,8 +12,8 @@ import {
 /**
  * Limits under attack: credential guessing is throttled per client IP (and then refuses even the
  * right key), public routes are limited per IP, authenticated ones per account. Every 429 carries
- * an integer `Retry-After` within the window, the contract body, never reaches the upstream and is
- * audited once. Each row runs on a fresh gateway with small limits.
+ * an integer `Retry-After` within the window, the JSON error body, never reaches the upstream and
+ * is audited once. Each row runs on a fresh gateway with small limits.
  */
 
 const LIMITS = { authFailures: 3, checkoutCreate: 2, authenticated: 2, payments: 3 } as const;
@@ -32,7 +32,7 @@ function limited(result: CaseResult, ctx: CaseContext): void {
   expect(retryAfter).toMatch(/^\d+$/);
   expect(Number(retryAfter)).toBeGreaterThanOrEqual(1);
   expect(Number(retryAfter)).toBeLessThanOrEqual(WINDOW_SECONDS);
-  // The body's scope is the limit the headers describe (contract 16).
+  // The body's scope is the limit the headers describe.
   const scope = String(result.body?.scope);
   expect(result.headers.ratelimit).toMatch(new RegExp(`^"${scope}"; r=0; t=\\d+$`));
   expect(result.headers['ratelimit-policy']).toMatch(new RegExp(`^"${scope}"; q=\\d+; w=\\d+`));

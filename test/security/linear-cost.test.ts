@@ -10,7 +10,7 @@ import {
 import { rawRequest, type RawResponse, sendRaw } from './raw-http';
 
 /**
- * Contract 14.3: no scan of a path, query, header or body (credential detection, redaction, token
+ * Linear cost: no scan of a path, query, header or body (credential detection, redaction, token
  * parsing) is worse than linear. An input full of `eyJ` (the start of a token) or of `.` (its
  * separator) costs at most 5 times a plain one of the same length.
  *
@@ -217,7 +217,7 @@ const MODES: readonly Mode[] = [
 ];
 
 for (const mode of MODES) {
-  mode.describe(`scans cost linear time (contract 14.3), ${mode.label}`, () => {
+  mode.describe(`scans cost linear time, ${mode.label}`, () => {
     let testRedis: TestRedis | undefined;
     let connection: LimiterRedisConnection | undefined;
     let gateway: TestGateway;

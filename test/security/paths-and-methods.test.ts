@@ -103,7 +103,7 @@ const cases: HostileCase[] = [
     ...notFound,
   },
   {
-    name: 'a malformed percent-encoding in the id: 400 with the contract body',
+    name: 'a malformed percent-encoding in the id: 400 with the JSON error body',
     request: ({ keys }) => ({
       path: '/api/v1/transactions/%E0%A4%A/',
       headers: bearer(keys.admin.secretKey),
@@ -184,7 +184,7 @@ const cases: HostileCase[] = [
     ...notFound,
   },
   {
-    name: 'a target with a space (raw): 400 with the contract body',
+    name: 'a target with a space (raw): 400 with the JSON error body',
     request: () => ({ raw: { target: '/api/v1/wallets/ HTTP/1.1\r\nX-Injected: 1\r\nX' } }),
     status: 400,
     code: 'invalid_request',
@@ -272,7 +272,7 @@ const cases: HostileCase[] = [
     ...notAllowed,
   },
   {
-    name: 'a lower-case method "get" (raw): 400 with the contract body',
+    name: 'a lower-case method "get" (raw): 400 with the JSON error body',
     request: () => ({ raw: { method: 'get', target: WALLETS } }),
     status: 400,
     code: 'invalid_request',

@@ -12,7 +12,7 @@ import { type RawRequestParts, rawRequest, sendRaw } from './raw-http';
 
 /**
  * Requests that Node's HTTP parser refuses never reach Express. The server `startGateway` runs
- * answers them with the contract's JSON error body (through its `clientError` handler), echoes
+ * answers them with the JSON error body (through its `clientError` handler), echoes
  * nothing of them, and keeps serving.
  */
 
@@ -109,7 +109,7 @@ describe('requests refused by the HTTP parser, on the server startGateway runs',
   });
 
   it.each(cases.map((row) => [row.name, row] as const))(
-    '%s: the contract body',
+    '%s: the JSON error body',
     async (_name, row) => {
       const port = Number(new URL(gateway.url).port);
       const result = await sendRaw({ port, bytes: rawRequest(row.request) });

@@ -11,7 +11,7 @@ import { ResilientStore } from '../../lib/rate-limit/resilient-store';
 import type { AuthContext } from '../../lib/types';
 
 /**
- * Per-account limit overrides (contract 16) where keys are loaded and where they are counted: the
+ * Per-account limit overrides where keys are loaded and where they are counted: the
  * keys file's rules (every fault names the account and the scope), the worker-built file store,
  * the gate's check of a store's scopes, `ScopeCounter.limitFor()` and its headers, and the store's
  * memory of keys over a limit that now comes with each request.

@@ -9,7 +9,7 @@ import { credentialsInQuery } from '../../lib/core/credentials';
 import { createFixtures } from '../helpers/fixtures';
 
 /**
- * The credential scanners (contract 14.3 and 14.10): they find what the regular expressions they
+ * The credential scanners: they find what the regular expressions they
  * replace found, redact every known key whatever its shape, and cost time linear in their input,
  * so a path or query full of `eyJ` or `.` costs what a plain one does.
  */

@@ -285,7 +285,7 @@ describe('authenticate() on a route that takes secret keys only', () => {
     return { error: passed, req };
   }
 
-  it('counts an unknown value of the token shape as a wrong key (contract 14.1), a real token is refused as not allowed', () => {
+  it('counts an unknown value of the token shape as a wrong key, a real token is refused as not allowed', () => {
     const authFailures = createAuthFailureLimiter({ limit: 2 });
     const middleware = authenticate({ keyStore: ring, accept: ['secret'], tokens, authFailures });
     const real = tokens.issue({

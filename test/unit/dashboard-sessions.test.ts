@@ -5,7 +5,7 @@ import {
   SESSION_MAX_MS,
 } from '../../gateway/dashboard-sessions';
 
-/** Contract 15's session lifetimes, on a clock the test moves. */
+/** The sessions' lifetimes (15 minutes idle, 8 hours at most), on a clock the test moves. */
 describe('DashboardSessions', () => {
   let now: number;
   let sessions: DashboardSessions;

@@ -37,7 +37,7 @@ function keyEntry(id: string, role?: string): KeyEntry {
   };
 }
 
-/** The contract's example (section 3) plus a second account with two keys. */
+/** The documented example keys file plus a second account with two keys. */
 function validDocument(): Document {
   return {
     accounts: [
@@ -74,7 +74,7 @@ function loadError(document: unknown): ConfigurationError {
 }
 
 describe('KeyRing.fromDocument', () => {
-  it("accepts the contract's example shape", () => {
+  it('accepts the documented example shape', () => {
     const document = validDocument();
     const ring = KeyRing.fromDocument(document, SOURCE);
     expect(ring.records).toHaveLength(3);
@@ -401,7 +401,7 @@ describe('KeyRing.fromDocument', () => {
   });
 });
 
-describe('expiresAt on a key (contract 13)', () => {
+describe('expiresAt on a key', () => {
   it.each([
     ['2026-12-31T23:59:59Z', Date.UTC(2026, 11, 31, 23, 59, 59)],
     ['2026-12-31T23:59:59.250Z', Date.UTC(2026, 11, 31, 23, 59, 59, 250)],

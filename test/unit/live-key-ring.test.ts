@@ -233,7 +233,7 @@ describe('LiveKeyRing against a model of the database', () => {
   });
 });
 
-describe('LiveKeyRing and account limits (contract 16)', () => {
+describe('LiveKeyRing and account limits', () => {
   const keyRow = (id: string, accountId: string): KeyRow => ({
     id,
     accountId,

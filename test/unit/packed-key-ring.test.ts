@@ -260,7 +260,7 @@ describe('PackedKeyRing', () => {
   });
 });
 
-describe('PackedKeyRing with limit overrides (contract 16)', () => {
+describe('PackedKeyRing with limit overrides', () => {
   const key = (id: string) => ({
     id,
     role: 'administrator' as const,
@@ -347,7 +347,7 @@ describe('PackedKeyRing with limit overrides (contract 16)', () => {
   });
 });
 
-describe('PackedKeyRing with restricted keys (contract 16)', () => {
+describe('PackedKeyRing with restricted keys', () => {
   const names = permissionNames(['reports:read'], 'test');
   const key = (id: string, permissions: readonly string[] | undefined) => ({
     id,

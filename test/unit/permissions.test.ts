@@ -13,7 +13,7 @@ import {
 } from '../../lib';
 
 /**
- * Restricted keys (contract 16): the vocabulary, a key's `permissions` in a keys document, and the
+ * Restricted keys: the vocabulary, a key's `permissions` in a keys document, and the
  * options that declare more names. The decisions themselves are tested through every door in
  * test/integration/permissions*.test.ts.
  */
@@ -52,7 +52,7 @@ function loadError(document: unknown, permissions?: readonly string[]): string {
 }
 
 describe('the permission vocabulary', () => {
-  it("holds the contract's seven names", () => {
+  it('holds the seven built-in names', () => {
     expect(PERMISSIONS).toEqual([
       'wallets:read',
       'transactions:read',

@@ -31,7 +31,7 @@ function run(middleware: ReturnType<typeof requireRole>, req: Request): unknown[
 }
 
 describe('ROLES', () => {
-  it('lists the seed roles lowest first, and a key without a role is the owner (administrator)', () => {
+  it('lists the four roles lowest first, and a key without a role is the owner (administrator)', () => {
     expect(ROLES).toEqual(['level-1', 'level-2', 'level-3', 'administrator']);
     expect(OWNER_ROLE).toBe('administrator');
   });

@@ -7,7 +7,7 @@ import { KeyRing, type KeyRecord, type KeyStore, sha256 } from '../../lib/keys/k
 import { DEFAULT_VERIFIED_TOKEN_CACHE_SIZE, TokenService } from '../../lib/tokens/tokens';
 
 /**
- * The verified-token cache (issue 9): a token presented again skips the signature check, and is
+ * The verified-token cache: a token presented again skips the signature check, and is
  * still refused at its `exp`, once its key is revoked or removed, and takes a role change at once,
  * because expiry is checked against the service's clock and the key is looked up on every request.
  */
@@ -211,7 +211,7 @@ describe('verified-token cache', () => {
       jwt.sign(decoded, 'another-secret-that-is-also-32-bytes-long!!', { algorithm: 'HS256' }),
       // The same claims with a role raised, under another secret.
       jwt.sign({ ...decoded, role: 'administrator' }, 'x'.repeat(40), { algorithm: 'HS256' }),
-      // The right secret, but a JOSE header with a `kid` (contract 14.8).
+      // The right secret, but a JOSE header with a `kid`, which no token minted here carries.
       jwt.sign(decoded, TOKEN_SECRET, { algorithm: 'HS256', keyid: 'key_cached' }),
       // The right secret and HS512.
       jwt.sign(decoded, TOKEN_SECRET, { algorithm: 'HS512' }),

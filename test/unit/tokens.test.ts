@@ -98,7 +98,7 @@ describe('TokenService issue/verify', () => {
     expect(verified.expiresAt - verified.issuedAt).toBe(TTL);
   });
 
-  it('writes an HS256 JWT of the contract: typ JWT, issuer, exp - iat = TTL, and no secret', () => {
+  it('writes an HS256 JWT: typ JWT, issuer, exp - iat = TTL, and no secret', () => {
     const tokens = service({ ms: START_MS });
     const { token, tokenId } = tokens.issue(KEY);
     const decoded = jwt.decode(token, { complete: true });
@@ -115,7 +115,7 @@ describe('TokenService issue/verify', () => {
     expect(token).not.toContain(Buffer.from(SECRET).toString('base64url'));
   });
 
-  it('uses the seed lifetime (30 minutes) by default', () => {
+  it('uses the default lifetime (30 minutes)', () => {
     const tokens = new TokenService({ secret: SECRET, now: () => START_MS });
     expect(tokens.ttlSeconds).toBe(DEFAULT_TOKEN_TTL_SECONDS);
     expect(DEFAULT_TOKEN_TTL_SECONDS).toBe(30 * 60);

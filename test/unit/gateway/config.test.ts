@@ -13,7 +13,7 @@ function configError(env: Record<string, string>): ConfigurationError {
   throw new Error(`${JSON.stringify(env)} was accepted`);
 }
 
-describe('loadConfig defaults (contract section 2)', () => {
+describe('loadConfig defaults', () => {
   const config: GatewayConfig = loadConfig({});
 
   it.each([
@@ -38,7 +38,7 @@ describe('loadConfig defaults (contract section 2)', () => {
     expect(config.production).toBe(false);
   });
 
-  it('uses the limits of contract section 8', () => {
+  it('uses the documented default limits', () => {
     expect(config.limits).toEqual(DEFAULT_LIMITS);
     expect(config.limits).toMatchObject({
       payments: 1500,

@@ -8,7 +8,7 @@ import {
 import { createAuthFailureLimiter } from '../../../lib/rate-limit/auth-failures';
 
 /**
- * The failed-authentication budget counting in memory (contract 14.1): check, comparison and
+ * The failed-authentication budget counting in memory: check, comparison and
  * count in one step; what counts; windows that reset; and a spent budget that a flood of other
  * IPs cannot evict. The black-box tests over sockets, in memory and with Redis, are in
  * test/security/auth-failure-budget.test.ts.
