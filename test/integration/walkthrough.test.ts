@@ -2,7 +2,7 @@ import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
 import { allSecrets } from '../helpers/fixtures';
 import { findLeaks } from '../helpers/logs';
 
-describe('the README walk-through', () => {
+describe('the walk-through of the sample gateway', () => {
   let gateway: TestGateway;
   beforeAll(async () => {
     gateway = await startTestGateway();

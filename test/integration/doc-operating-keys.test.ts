@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,51 +10,17 @@ import { migrate } from '../../lib/keys/pg-schema';
 import { TOKEN_SECRET } from '../helpers/fixtures';
 import { captureLogs } from '../helpers/logs';
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
-import { childEnv, distScript, ROOT } from '../helpers/process';
+import { docBlock, runBash } from '../helpers/doc-blocks';
+import { distScript } from '../helpers/process';
 
 /**
- * README, "Operating keys", step 4: the block after `<!-- readme-test: operating-keys-database -->`
+ * docs/keys.md, "Operating keys", step 4: the block marked `doc-test: operating-keys-database`
  * runs as written under `bash -euo pipefail`, against a real PostgreSQL (migrated, as step 2 does)
  * and a gateway with the admin listener (step 3). Only what steps 1 to 3 set is given here:
  * `tollgate-keys` (the built command), `TOLLGATE_DATABASE_URL`, `ADMIN` and `ADMIN_TOKEN`.
  */
 
-const MARKER = '<!-- readme-test: operating-keys-database -->';
-
-function walkThrough(): string {
-  const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-  const after = readme.slice(readme.indexOf(MARKER) + MARKER.length);
-  const block = /^\s*```sh\n([\s\S]*?)\n```/.exec(after)?.[1];
-  if (!readme.includes(MARKER) || block === undefined) {
-    throw new Error(`README.md has no sh block after ${MARKER}`);
-  }
-  return block;
-}
-
-function runBash(
-  script: string,
-  cwd: string,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn('bash', ['-euo', 'pipefail', '-c', script], {
-      cwd,
-      env: childEnv({ HOME: cwd }),
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 120_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
-
-describeWithPostgres('the README walk-through of operating keys on PostgreSQL', () => {
+describeWithPostgres("the guide's walk-through of operating keys on PostgreSQL", () => {
   const adminToken = randomBytes(32).toString('base64');
   let server: TestPostgres;
   let url: string;
@@ -65,7 +30,7 @@ describeWithPostgres('the README walk-through of operating keys on PostgreSQL', 
 
   beforeAll(async () => {
     server = await startTestPostgres();
-    url = await server.createDatabase('readme');
+    url = await server.createDatabase('docs');
     pool = new Pool({ connectionString: url });
     await migrate(pool);
     gateway = await startGateway(
@@ -78,7 +43,7 @@ describeWithPostgres('the README walk-through of operating keys on PostgreSQL', 
       }),
       { logger: captureLogs().logger, print: () => undefined },
     );
-    directory = mkdtempSync(path.join(tmpdir(), 'tollgate-readme-'));
+    directory = mkdtempSync(path.join(tmpdir(), 'tollgate-docs-'));
   }, 60_000);
   afterAll(async () => {
     await gateway.stop(500);
@@ -94,9 +59,9 @@ describeWithPostgres('the README walk-through of operating keys on PostgreSQL', 
       `ADMIN=${JSON.stringify(gateway.adminUrl)}`,
       `ADMIN_TOKEN=${JSON.stringify(adminToken)}`,
     ].join('\n');
-    const script = `${prelude}\n${walkThrough()}\n`;
+    const script = `${prelude}\n${docBlock('operating-keys-database').code}\n`;
     writeFileSync(path.join(directory, 'walk-through.sh'), script);
-    const result = await runBash(script, directory);
+    const result = await runBash(script, directory, {}, 120_000);
     if (result.code !== 0)
       throw new Error(`exit ${result.code}\n${result.stdout}\n${result.stderr}`);
     expect(result.stderr).toBe('');
