@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import ts from 'typescript';
@@ -9,7 +9,10 @@ import {
   type DocBlock,
   docBlock,
   expectedAnswerFields,
+  keysCommand,
+  REAP_BACKGROUND,
   runBash,
+  workDirectory,
 } from '../helpers/doc-blocks';
 import { childEnv, distScript, ROOT } from '../helpers/process';
 import { freePort } from '../helpers/redis';
@@ -162,18 +165,8 @@ function typeCheck(blocks: readonly DocBlock[]): string[] {
   });
 }
 
-/** `tollgate-keys` as the guides have the reader name it, on the built command. */
-const KEYS_COMMAND = `tollgate-keys() { node ${JSON.stringify(distScript('gateway/keys-cli.js'))} "$@"; }`;
-
-/** A directory for a block's files, with the build at `dist/` as in a checkout. */
-function workDirectory(): string {
-  const directory = mkdtempSync(path.join(tmpdir(), 'tollgate-docs-'));
-  symlinkSync(path.join(ROOT, 'dist'), path.join(directory, 'dist'));
-  return directory;
-}
-
-/** Stops whatever a block left in the background (`… &`) when the script ends. */
-const REAP = `trap 'kill $(jobs -p) 2>/dev/null || true' EXIT`;
+const KEYS_COMMAND = keysCommand();
+const REAP = REAP_BACKGROUND;
 
 function expectAnswers(block: DocBlock, stdout: string): void {
   for (const field of expectedAnswerFields(block.code)) {

@@ -1,7 +1,8 @@
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { childEnv, ROOT } from './process';
+import { childEnv, distScript, ROOT } from './process';
 
 /**
  * The fenced blocks of the README and the guides in docs/. A block is either run by a test, which
@@ -127,4 +128,19 @@ export function expectedAnswerFields(code: string): string[] {
     }
   }
   return fields;
+}
+
+/** `tollgate-keys` as the guides have the reader name it, on the built command. */
+export function keysCommand(): string {
+  return `tollgate-keys() { node ${JSON.stringify(distScript('gateway/keys-cli.js'))} "$@"; }`;
+}
+
+/** Stops whatever a block left in the background (`… &`) when the script ends. */
+export const REAP_BACKGROUND = `trap 'kill $(jobs -p) 2>/dev/null || true' EXIT`;
+
+/** A fresh directory for a block's files, with the build at `dist/` as in a checkout. */
+export function workDirectory(): string {
+  const directory = mkdtempSync(path.join(tmpdir(), 'tollgate-docs-'));
+  symlinkSync(path.join(ROOT, 'dist'), path.join(directory, 'dist'));
+  return directory;
 }

@@ -1,71 +1,77 @@
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Pool } from 'pg';
-import { loadConfig } from '../../gateway/config';
-import { type RunningGateway, startGateway } from '../../gateway/start';
-import { sha256 } from '../../lib/keys/key-store';
 import { migrate } from '../../lib/keys/pg-schema';
-import { TOKEN_SECRET } from '../helpers/fixtures';
-import { captureLogs } from '../helpers/logs';
+import {
+  docBlock,
+  keysCommand,
+  REAP_BACKGROUND,
+  runBash,
+  workDirectory,
+} from '../helpers/doc-blocks';
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
-import { docBlock, runBash } from '../helpers/doc-blocks';
-import { distScript } from '../helpers/process';
+import { freePort } from '../helpers/redis';
 
 /**
- * docs/keys.md, "Operating keys", step 4: the block marked `doc-test: operating-keys-database`
- * runs as written under `bash -euo pipefail`, against a real PostgreSQL (migrated, as step 2 does)
- * and a gateway with the admin listener (step 3). Only what steps 1 to 3 set is given here:
- * `tollgate-keys` (the built command), `TOLLGATE_DATABASE_URL`, `ADMIN` and `ADMIN_TOKEN`.
+ * The guides' blocks that need PostgreSQL run as written under `bash -euo pipefail`, against a real
+ * server: docs/keys.md, "Operating keys", step 3 (a gateway with the admin listener, started from
+ * the built `dist/`) then step 4 (the key command and every admin route), and the per-account
+ * limits, usage and restricted-key blocks of docs/limits.md and docs/keys.md. The test does steps
+ * 1 and 2 itself (a migrated database in `TOLLGATE_DATABASE_URL`) and names `tollgate-keys`; the
+ * admin port, 9090 in the guides, is a free one.
  */
 
-describeWithPostgres("the guide's walk-through of operating keys on PostgreSQL", () => {
-  const adminToken = randomBytes(32).toString('base64');
+describeWithPostgres("the guides' walk-throughs of keys on PostgreSQL", () => {
   let server: TestPostgres;
-  let url: string;
-  let pool: Pool;
-  let gateway: RunningGateway;
-  let directory: string;
+  const pools: Pool[] = [];
+  const directories: string[] = [];
 
   beforeAll(async () => {
     server = await startTestPostgres();
-    url = await server.createDatabase('docs');
-    pool = new Pool({ connectionString: url });
-    await migrate(pool);
-    gateway = await startGateway(
-      loadConfig({
-        PORT: '0',
-        TOLLGATE_DATABASE_URL: url,
-        TOLLGATE_TOKEN_SECRET: TOKEN_SECRET,
-        TOLLGATE_ADMIN_PORT: '0',
-        TOLLGATE_ADMIN_TOKEN_SHA256: sha256(adminToken).toString('hex'),
-      }),
-      { logger: captureLogs().logger, print: () => undefined },
-    );
-    directory = mkdtempSync(path.join(tmpdir(), 'tollgate-docs-'));
   }, 60_000);
   afterAll(async () => {
-    await gateway.stop(500);
-    await pool.end();
+    for (const pool of pools) await pool.end();
     server.destroy();
-    rmSync(directory, { recursive: true, force: true });
+    for (const directory of directories) rmSync(directory, { recursive: true, force: true });
   });
 
-  it('runs every command of step 4 as written, and the database ends as the comments say', async () => {
+  /** A migrated database (step 2), a directory, and a script starting with steps 1 and 3. */
+  async function setUp(
+    name: string,
+  ): Promise<{ url: string; pool: Pool; directory: string; prelude: string }> {
+    const url = await server.createDatabase(name);
+    const pool = new Pool({ connectionString: url });
+    pools.push(pool);
+    await migrate(pool);
+    const directory = workDirectory();
+    directories.push(directory);
+    const [port, adminPort] = [await freePort(), await freePort()];
     const prelude = [
-      `tollgate-keys() { node ${JSON.stringify(distScript('gateway/keys-cli.js'))} "$@"; }`,
+      REAP_BACKGROUND,
+      keysCommand(),
       `export TOLLGATE_DATABASE_URL=${JSON.stringify(url)}`,
-      `ADMIN=${JSON.stringify(gateway.adminUrl)}`,
-      `ADMIN_TOKEN=${JSON.stringify(adminToken)}`,
+      `export PORT=${port} LOG_LEVEL=warn`,
+      docBlock('operating-keys-gateway').code.replaceAll('9090', String(adminPort)),
     ].join('\n');
-    const script = `${prelude}\n${docBlock('operating-keys-database').code}\n`;
+    return { url, pool, directory, prelude };
+  }
+
+  async function run(script: string, directory: string): Promise<string> {
     writeFileSync(path.join(directory, 'walk-through.sh'), script);
     const result = await runBash(script, directory, {}, 120_000);
     if (result.code !== 0)
       throw new Error(`exit ${result.code}\n${result.stdout}\n${result.stderr}`);
     expect(result.stderr).toBe('');
+    return result.stdout;
+  }
 
+  it('runs steps 3 and 4 of operating keys as written, and the database ends as the comments say', async () => {
+    const { pool, directory, prelude } = await setUp('operating');
+    const stdout = await run(
+      `${prelude}\n${docBlock('operating-keys-database').code}\n`,
+      directory,
+    );
+    const result = { stdout };
     const keys = await pool.query<{
       id: string;
       account_id: string;
@@ -137,5 +143,41 @@ describeWithPostgres("the guide's walk-through of operating keys on PostgreSQL",
     expect(statSync(backup).mode & 0o777).toBe(0o600);
     const exported = JSON.parse(readFileSync(backup, 'utf8')) as { accounts: { id: string }[] };
     expect(exported.accounts.map((account) => account.id)).toEqual(['acct_legacy', 'acct_shop']);
+  }, 150_000);
+  it('runs the per-account limits, usage and restricted-key blocks as written', async () => {
+    const { pool, directory, prelude } = await setUp('limits');
+    const port = /ADMIN=http:\/\/127\.0\.0\.1:(\d+)/.exec(prelude)?.[1] ?? '';
+    const blocks = ['account-limits', 'account-usage', 'restricted-keys'].map((name) =>
+      docBlock(name).code.replaceAll('9090', port),
+    );
+    const stdout = await run(
+      [
+        prelude,
+        // What the guides' examples start from: acct_big and its key key_partner.
+        'tollgate-keys create --account acct_big --key key_partner --role level-1',
+        ...blocks,
+      ].join('\n'),
+      directory,
+    );
+    expect(stdout).toContain(
+      '{"id":"acct_big","ip_whitelist":null,"limits":{"payments":6000,"authenticated":300}',
+    );
+    expect(stdout).toMatch(
+      /\{"account_id":"acct_big","scopes":\[\{"scope":"payments","limit":1500,"remaining":1500,"reset_seconds":\d+\},\{"scope":"authenticated","limit":100,/,
+    );
+    expect(stdout).toMatch(/"id":"key_partner"[^{}]*"permissions":\["wallets:read"\]\}/);
+    expect(stdout).toMatch(/"id":"key_partner"[^{}]*"permissions":null\}/);
+
+    const accounts = await pool.query('SELECT id, limits FROM accounts');
+    expect(accounts.rows).toEqual([{ id: 'acct_big', limits: null }]);
+    const keys = await pool.query<{ id: string; role: string; permissions: string[] | null }>(
+      'SELECT id, role, permissions FROM keys ORDER BY created_at',
+    );
+    expect(keys.rows.map(({ role, permissions }) => ({ role, permissions }))).toEqual([
+      { role: 'level-1', permissions: null },
+      { role: 'level-1', permissions: ['wallets:read'] },
+      { role: 'level-1', permissions: ['wallets:read'] },
+    ]);
+    expect(keys.rows[0]?.id).toBe('key_partner');
   }, 150_000);
 });
