@@ -27,7 +27,7 @@ import { type HttpResult, httpRequest } from '../helpers/process';
 const ADMIN_TOKEN = randomBytes(32).toString('base64url');
 const PROPAGATION_LIMIT_MS = 1000;
 const ROOT = path.join(__dirname, '..', '..');
-/** Where the screenshots go (the README's is copied from here). */
+/** Where the screenshots go (docs/dashboard.png is copied from here). */
 const SCREENSHOTS = path.join(ROOT, 'test-results', 'dashboard');
 const WALLETS = '/api/v1/wallets/';
 const PAYOUTS = '/api/v1/payouts/';
