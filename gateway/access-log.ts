@@ -1,6 +1,7 @@
 import type { RequestHandler } from 'express';
 import type { DecisionEvent, Logger } from '../lib';
-import type { DecisionOutcome, GatewayMetrics, RateLimitState } from './metrics';
+import type { RateLimitState } from '../lib';
+import type { DecisionOutcome, GatewayMetrics } from './metrics';
 
 /**
  * One access line per request, with the gate's decision folded in: who (account, key id,

@@ -1,6 +1,5 @@
 import express, { type Express, type RequestHandler } from 'express';
 import {
-  clientIp,
   createPathRedactor,
   DEFAULT_PUBLIC_KEY_HEADER,
   type KeyDirectory,
@@ -8,7 +7,6 @@ import {
   type LimiterRedis,
   type Logger,
   notFound,
-  refuseMalformedRequests,
   refuseQueryCredentials,
   type RequestFacts,
   requestId,
@@ -17,18 +15,21 @@ import {
   type ScopeDefinition,
   type ScopeUsage,
   type SecurityEvent,
+  series,
+  type RateLimitState,
   type SharedStoreState,
   type TokenService,
   tollgate,
 } from '../lib';
 import { createAccessLog } from './access-log';
-import { routeDispatch, series } from './dispatch';
+import { methodsByPath, routeDispatch } from './dispatch';
 import { DEFAULT_LIMITS, type LimitsConfig, type ShadowConfig, type TrustProxy } from './config';
 import { DecisionHistory, type MinuteCounts } from './decision-history';
 import { GatewayMetrics } from './metrics';
 import { createProxy } from './proxy';
 import { createReadiness, type Readiness, reportsStatus, UpstreamProbe } from './readiness';
-import { ID_PATTERN, type LimitScope, ROUTES, type RouteSpec } from './routes';
+import { GATEWAY_SCOPE_NAMES, GATEWAY_SCOPES, type GatewayScope } from './keys-cli/limit-scopes';
+import { ID_PATTERN, ROUTES, type RouteSpec } from './routes';
 
 /**
  * The sample gateway: the route table of `routes.ts` composed from the kit's middlewares, in front
@@ -59,7 +60,7 @@ export type GatewayApp = Express & {
   /** Stops timers and closes upstream connections (not the Redis client, which the caller owns). */
   shutdown(): void;
   /** What `/healthz` reports about rate-limit counters. */
-  rateLimitState(): 'memory' | 'shared' | 'degraded';
+  rateLimitState(): RateLimitState;
   /** What `/readyz` answers (the admin listener serves it too). */
   readonly readiness: Readiness;
   /** Resolves once the upstream has been probed once, so `/readyz` reflects it. */
@@ -94,17 +95,10 @@ export function createApp(options: AppOptions): GatewayApp {
       'a secret key was sent where it can leak; rotate it',
     );
   };
-  const scopeNames: GatewayScope[] = [
-    'payments',
-    'authenticated',
-    'checkout-create',
-    'checkout-read',
-    'payments-publishable',
-  ];
   const { keyStore } = options;
   const history = new DecisionHistory();
   const metrics = new GatewayMetrics({
-    scopes: scopeNames,
+    scopes: GATEWAY_SCOPE_NAMES,
     rateLimitState: () => rateLimitState(),
     degradedSince: () => options.redis?.health.degradedAt,
     keys: () => ({
@@ -129,13 +123,7 @@ export function createApp(options: AppOptions): GatewayApp {
   const gate = tollgate({
     keyStore: options.keyStore,
     tokens: options.tokens,
-    scopes: {
-      payments: { limit: limits.payments, per: 'account' },
-      authenticated: { limit: limits.authenticated, per: 'account' },
-      'checkout-create': { limit: limits.checkoutCreate, per: 'ip' },
-      'checkout-read': { limit: limits.checkoutRead, per: 'ip' },
-      'payments-publishable': { limit: limits.publishablePayments, per: 'ip' },
-    } satisfies Record<GatewayScope, ScopeDefinition>,
+    scopes: scopeDefinitions(limits),
     windowMs: limits.windowMs,
     authFailureLimit: limits.authFailures,
     redis: options.redis === undefined ? undefined : metrics.instrumentRedis(options.redis),
@@ -163,7 +151,7 @@ export function createApp(options: AppOptions): GatewayApp {
       metrics.upstreamFailed(kind);
     },
   });
-  const rateLimitState = (): 'memory' | 'shared' | 'degraded' => gate.rateLimitState();
+  const rateLimitState = (): RateLimitState => gate.rateLimitState();
   let upstreamUp: boolean | undefined;
   const probe = new UpstreamProbe({
     upstreamUrl: options.upstreamUrl,
@@ -195,11 +183,12 @@ export function createApp(options: AppOptions): GatewayApp {
   // One Express layer for what every request passes through (gateway/dispatch.ts).
   app.use(
     series([
+      // The id first, so that the access log's line of a request `context()` refuses carries it.
       requestId(),
       securityHeaders,
       accessLog.middleware,
-      refuseMalformedRequests(),
-      clientIp(),
+      gate.context(),
+      // Every path, routes or not: the decision core does not scan the same URL again.
       refuseQueryCredentials({ keyStore: options.keyStore, onSecurityEvent }),
     ]),
   );
@@ -207,7 +196,7 @@ export function createApp(options: AppOptions): GatewayApp {
   // Routes that take a publishable key are called from browsers (Checkout): answer CORS for them,
   // without credentials mode (keys travel in a header, never in cookies).
   const browserCors = new Map<string, RequestHandler>();
-  for (const [path, methods] of allowedMethods(ROUTES.filter(acceptsPublishableKey))) {
+  for (const [path, methods] of methodsByPath(ROUTES.filter(acceptsPublishableKey))) {
     browserCors.set(path, gate.cors({ methods }));
   }
 
@@ -278,7 +267,21 @@ export function createApp(options: AppOptions): GatewayApp {
   });
 }
 
-type GatewayScope = LimitScope | 'payments-publishable';
+/** Each of the gateway's scopes at its configured limit, counted as it is declared. */
+function scopeDefinitions(limits: LimitsConfig): Record<GatewayScope, ScopeDefinition> {
+  const limitOf: Record<GatewayScope, number> = {
+    payments: limits.payments,
+    authenticated: limits.authenticated,
+    'checkout-create': limits.checkoutCreate,
+    'checkout-read': limits.checkoutRead,
+    'payments-publishable': limits.publishablePayments,
+  };
+  const definitions = {} as Record<GatewayScope, ScopeDefinition>;
+  for (const name of GATEWAY_SCOPE_NAMES) {
+    definitions[name] = { limit: limitOf[name], per: GATEWAY_SCOPES[name] };
+  }
+  return definitions;
+}
 
 /** A route's policy, the same for the gateway's own proxy and for forward authentication. */
 function policyOf(route: RouteSpec): RoutePolicy<GatewayScope> {
@@ -303,13 +306,6 @@ function optional<T>(value: T | undefined): T[] {
 
 function acceptsPublishableKey(route: RouteSpec): boolean {
   return route.accept !== 'key-pair' && route.accept.includes('publishable');
-}
-
-function allowedMethods(routes: readonly RouteSpec[]): Map<string, string[]> {
-  const byPath = new Map<string, string[]>();
-  for (const route of routes)
-    byPath.set(route.path, [...(byPath.get(route.path) ?? []), route.method]);
-  return byPath;
 }
 
 const securityHeaders: RequestHandler = function securityHeadersMiddleware(_req, res, next) {

@@ -9,6 +9,7 @@ import {
   parseCidrEntry,
   parseHostPort,
 } from '../lib';
+import { GATEWAY_SCOPE_NAMES, type GatewayScope } from './keys-cli/limit-scopes';
 
 /**
  * The sample gateway's configuration, read from the environment once at start. Every invalid value
@@ -66,20 +67,10 @@ export interface GatewayConfig {
 
 export interface ShadowConfig {
   /** `TOLLGATE_SHADOW_SCOPES`: limit scopes counted but not enforced. */
-  readonly scopes: readonly ShadowableScope[];
+  readonly scopes: readonly GatewayScope[];
   /** `TOLLGATE_SHADOW_IP_WHITELISTS`: accounts whose IP whitelist is checked but not enforced. */
   readonly ipWhitelistAccounts: readonly string[];
 }
-
-/** The gateway's limit scopes (README, "Rate limits"); the failed-authentication budget is not one. */
-export const SHADOWABLE_SCOPES = [
-  'payments',
-  'authenticated',
-  'checkout-create',
-  'checkout-read',
-  'payments-publishable',
-] as const;
-export type ShadowableScope = (typeof SHADOWABLE_SCOPES)[number];
 
 export interface AdminConfig {
   readonly port: number;
@@ -192,10 +183,10 @@ function shadow(env: Env): ShadowConfig {
   };
   const scopes = list('TOLLGATE_SHADOW_SCOPES');
   for (const scope of scopes) {
-    if (!(SHADOWABLE_SCOPES as readonly string[]).includes(scope)) {
+    if (!(GATEWAY_SCOPE_NAMES as readonly string[]).includes(scope)) {
       fail(
         'TOLLGATE_SHADOW_SCOPES',
-        `entry ${JSON.stringify(scope)} is not a limit scope; one of ${SHADOWABLE_SCOPES.join(', ')} (credentials, roles and the failed-authentication limit are always enforced)`,
+        `entry ${JSON.stringify(scope)} is not a limit scope; one of ${GATEWAY_SCOPE_NAMES.join(', ')} (credentials, roles and the failed-authentication limit are always enforced)`,
       );
     }
   }
@@ -208,7 +199,7 @@ function shadow(env: Env): ShadowConfig {
       );
     }
   }
-  return { scopes: scopes as ShadowableScope[], ipWhitelistAccounts: accounts };
+  return { scopes: scopes as GatewayScope[], ipWhitelistAccounts: accounts };
 }
 
 function fail(variable: string, problem: string): never {

@@ -20,38 +20,6 @@ import {
  */
 
 /**
- * Handlers run in turn as one: each one's `next()` calls the following one, the last one's calls
- * `next`. An error, thrown or passed (`next(err)`, `next('route')`), skips the rest and goes to
- * `next` as Express would take it from a single handler.
- */
-export function series(handlers: readonly RequestHandler[]): RequestHandler {
-  const [only] = handlers;
-  if (handlers.length === 1 && only !== undefined) return only;
-  return function seriesHandler(req: Request, res: Response, next: NextFunction): void {
-    let index = 0;
-    const step = (error?: unknown): void => {
-      // Express's router takes any falsy value given to `next` (`false`, `0`, `''`) as none.
-      if (error) {
-        next(error);
-        return;
-      }
-      const handler = handlers[index++];
-      if (handler === undefined) {
-        next();
-        return;
-      }
-      try {
-        // The kit's middlewares settle their own work and return nothing (lib/express/tollgate.ts).
-        void handler(req, res, step);
-      } catch (thrown) {
-        next(thrown);
-      }
-    };
-    step();
-  };
-}
-
-/**
  * A parameter as Express's router takes it: percent-decoded, then matched against `pattern`; a
  * malformed escape is a 400 (as Express answers it) on a path that is otherwise a route's.
  */
@@ -103,4 +71,15 @@ export function routeDispatch(
     else if (found.kind === 'method_not_allowed') refusalFor(found.allowed)(req, res, next);
     else next();
   };
+}
+
+/** The methods each path of `routes` takes, in the routes' order: for `Allow` and for CORS. */
+export function methodsByPath(
+  routes: Iterable<{ readonly method: string; readonly path: string }>,
+): Map<string, string[]> {
+  const byPath = new Map<string, string[]>();
+  for (const route of routes) {
+    byPath.set(route.path, [...(byPath.get(route.path) ?? []), route.method]);
+  }
+  return byPath;
 }

@@ -1,5 +1,11 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
-import type { DecisionEvent, LimiterRedis, RedisCommandClient } from '../lib';
+import type {
+  DecisionEvent,
+  LimiterRedis,
+  RateLimitState,
+  RedisCommandClient,
+  SharedStoreState,
+} from '../lib';
 import type { KeyStoreStatus, UpstreamState } from './readiness';
 
 /**
@@ -13,8 +19,6 @@ import type { KeyStoreStatus, UpstreamState } from './readiness';
  * nested maps (no label objects or strings built per request), and everything that can be read
  * when scraped (limiter state, time degraded, key store, readiness) is read then.
  */
-
-export type RateLimitState = 'memory' | 'shared' | 'degraded';
 
 /** How a decision ended: `would_refuse` is allowed, with a rule in shadow mode that would refuse. */
 export type DecisionOutcome = 'allowed' | 'refused' | 'limited' | 'would_refuse';
@@ -269,7 +273,7 @@ export class GatewayMetrics {
   }
 
   /** Redis went unusable (`degraded`) or usable again (`shared`). */
-  rateLimitsChanged(state: 'shared' | 'degraded', since: number | undefined): void {
+  rateLimitsChanged(state: SharedStoreState, since: number | undefined): void {
     if (state === 'degraded') {
       this.degradations.inc();
       this.lastDegradedSince = since ?? Date.now();

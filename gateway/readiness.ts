@@ -1,6 +1,6 @@
 import type { RequestHandler } from 'express';
 import { Client } from 'undici';
-import { errorBody, faultName, type KeyStore, NotReadyError } from '../lib';
+import { errorBody, faultName, type KeyStore, NotReadyError, type RateLimitState } from '../lib';
 
 /**
  * `GET /readyz`, on the main and the admin listener: whether this instance should
@@ -156,7 +156,7 @@ export class UpstreamProbe {
 export interface ReadinessOptions {
   readonly keyStore: KeyStore;
   readonly upstream: UpstreamProbe;
-  readonly rateLimits: () => { state: 'memory' | 'shared' | 'degraded'; reason?: string };
+  readonly rateLimits: () => { state: RateLimitState; reason?: string };
 }
 
 export interface ReadinessReport {
@@ -173,7 +173,7 @@ export interface ReadinessReport {
       last_sync_at?: string;
     };
     readonly upstream: { status: 'up' | 'down'; reason?: string; checked_at: string | null };
-    readonly rate_limits: { status: 'memory' | 'shared' | 'degraded'; reason?: string };
+    readonly rate_limits: { status: RateLimitState; reason?: string };
   };
 }
 

@@ -1,4 +1,5 @@
 import type { CredentialKind, Permission, Role } from '../lib';
+import type { GatewayScope } from './keys-cli/limit-scopes';
 
 /**
  * The sample gateway's routes: for each, the credentials it accepts, the minimum role, the
@@ -6,7 +7,8 @@ import type { CredentialKind, Permission, Role } from '../lib';
  * route, for its own proxy and for forward authentication, from this table and nothing else.
  */
 
-export type LimitScope = 'payments' | 'authenticated' | 'checkout-create' | 'checkout-read';
+/** A route's own scope; `payments-publishable` is the cap on its publishable-key requests. */
+export type LimitScope = Exclude<GatewayScope, 'payments-publishable'>;
 
 export interface RouteSpec {
   readonly method: 'GET' | 'POST';

@@ -183,6 +183,7 @@ export { ResilientStore, type ResilientStoreOptions } from './rate-limit/resilie
 export {
   RedisHealth,
   type SharedStoreState,
+  type RateLimitState,
   type RedisHealthOptions,
 } from './rate-limit/redis-health';
 export {
@@ -222,6 +223,7 @@ export {
 } from './express/token-exchange';
 export { requireWhitelistedIp, requireRole, type IpWhitelistOptions } from './express/access';
 export { requestId, clientIp } from './express/request-context';
+export { series } from './express/series';
 export {
   expressServerOptions,
   type ExpressPrototypes,

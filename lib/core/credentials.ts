@@ -333,8 +333,14 @@ export function refuseCredentialsInQuery(
   keyStore: KeyStore | undefined,
   onSecurityEvent: ((event: SecurityEvent, req: RequestFacts) => void) | undefined,
 ): void {
-  const refused = credentialsInQuery(req.originalUrl);
-  if (refused.length === 0) return;
+  const url = req.originalUrl;
+  // An app that refuses query credentials before its routes has cleared this URL already.
+  if (!url.includes('?') || clearedUrls.get(req) === url) return;
+  const refused = credentialsInQuery(url);
+  if (refused.length === 0) {
+    clearedUrls.set(req, url);
+    return;
+  }
   if (keyStore !== undefined && onSecurityEvent !== undefined) {
     for (const value of refused) {
       const key = isPlausibleKey(value) ? keyStore.findBySecretKey(value) : undefined;
@@ -345,6 +351,9 @@ export function refuseCredentialsInQuery(
     'Credentials are never accepted in the query string; send them in the Authorization header',
   );
 }
+
+/** Each request's URL found free of credentials, so a second check of the same URL is not a second scan. */
+const clearedUrls = new WeakMap<RequestFacts, string>();
 
 /** The values of the credential-carrying parameters of `url`'s query string. */
 export function credentialsInQuery(url: string): string[] {

@@ -14,6 +14,7 @@ import {
   DEFAULT_AUTH_FAILURE_LIMIT,
 } from '../rate-limit/auth-failures';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis } from '../rate-limit/window';
+import type { RateLimitState } from '../rate-limit/redis-health';
 import { parseRole, type Role, roleRank } from './roles';
 import { keyPairResolver } from './key-pair';
 import type { TokenService } from '../tokens/tokens';
@@ -188,7 +189,7 @@ export interface Gate<Name extends string = string> {
    */
   refuseEarly(facts: RequestFacts, policy: CompiledPolicy): Decision | undefined;
   /** Where limits are counted now. */
-  rateLimitState(): 'memory' | 'shared' | 'degraded';
+  rateLimitState(): RateLimitState;
   /**
    * An account's use of every per-account scope in the current window, read from the counters
    * that decide (Redis, or memory while it is unusable) without spending any.

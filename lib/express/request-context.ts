@@ -5,10 +5,15 @@ import { canonicalClientIp } from '../core/ip-address';
 
 /**
  * Gives every request an id (`req.requestId`, echoed as `X-Request-Id`). A client's own
- * `X-Request-Id` is never trusted: it would let a caller forge or inject log lines.
+ * `X-Request-Id` is never trusted: it would let a caller forge or inject log lines. A request
+ * given its id by an earlier `requestId()` keeps it, so an app may log from before `context()`.
  */
 export function requestId(): RequestHandler {
   return function requestIdMiddleware(req, res, next) {
+    if (req.requestId !== undefined) {
+      next();
+      return;
+    }
     const id = randomUUID();
     req.requestId = id;
     res.setHeader('X-Request-Id', id);

@@ -16,9 +16,11 @@ import { ConfigurationError } from '../errors';
 import { jsonBody, type JsonBodyOptions } from './json-body';
 import { assignClientIp, clientIp, requestId } from './request-context';
 import { refuseMalformedRequests } from './request-shape';
+import { series } from './series';
 import { issueToken } from './token-exchange';
 import { forwardAuthDoor, type ForwardAuthOptions } from './forward-auth';
 import type { CredentialKind, Logger } from '../types';
+import type { RateLimitState } from '../rate-limit/redis-health';
 
 /**
  * The Express door (Express 4.21+ and 5): `tollgate(options)` builds the decision core once and
@@ -82,7 +84,7 @@ export interface Tollgate<Name extends string = string> {
   cors(options?: BrowserCorsOptions): RequestHandler;
   /** Renders every error as its JSON body (`status`, `code`, `message`, …); mount last. */
   errorHandler(): ErrorRequestHandler;
-  rateLimitState(): 'memory' | 'shared' | 'degraded';
+  rateLimitState(): RateLimitState;
   /**
    * An account's use of each per-account scope in the current window, at its own limits, read from
    * the counters that decide without spending any: for an operator's page.
@@ -222,7 +224,7 @@ export function tollgate<S extends Scopes>(
   };
 
   const context = (): RequestHandler => {
-    const steps = [requestId(), refuseMalformedRequests(), clientIp()];
+    const steps = series([requestId(), refuseMalformedRequests(), clientIp()]);
     return function tollgateContext(req, res, next) {
       if (!warnedTrustProxy && req.app.get('trust proxy') === true) {
         warnedTrustProxy = true;
@@ -231,7 +233,7 @@ export function tollgate<S extends Scopes>(
           "app.set('trust proxy', true) lets any client choose its IP: trust your proxies' addresses instead",
         );
       }
-      runAll(steps, req, res, next);
+      steps(req, res, next);
     };
   };
 
@@ -258,25 +260,6 @@ export function tollgate<S extends Scopes>(
     },
     gate,
   };
-}
-
-/** Runs middlewares in order, stopping at the first error. */
-function runAll(
-  steps: readonly RequestHandler[],
-  req: Request,
-  res: Response,
-  done: (error?: unknown) => void,
-  index = 0,
-): void {
-  const step = steps[index];
-  if (step === undefined) {
-    done();
-    return;
-  }
-  void step(req, res, (error?: unknown) => {
-    if (error !== undefined) done(error);
-    else runAll(steps, req, res, done, index + 1);
-  });
 }
 
 const FORWARD_AUTH_OPTION_NAMES: ReadonlySet<string> = new Set(['routes', 'parameterPattern']);

@@ -10,6 +10,9 @@ import { faultName } from '../errors';
 
 export type SharedStoreState = 'shared' | 'degraded';
 
+/** Where rate-limit counters are kept: in memory by choice, in Redis, or in memory while Redis is down. */
+export type RateLimitState = 'memory' | SharedStoreState;
+
 export interface RedisHealthEvents {
   change: [state: SharedStoreState, reason: string | undefined];
 }

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
+import type { RateLimitState } from '../../lib';
 import { createFixtures, type Fixtures, TOKEN_SECRET } from '../helpers/fixtures';
 import {
   describeWithRedis,
@@ -113,7 +114,7 @@ export interface GatewayProcessOptions {
   readyTimeoutMs?: number;
 }
 
-export type RateLimitState = 'memory' | 'shared' | 'degraded';
+export type { RateLimitState };
 
 export interface GatewayProcess {
   readonly url: string;

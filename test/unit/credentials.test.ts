@@ -4,7 +4,9 @@ import {
   DEFAULT_PUBLIC_KEY_HEADER,
   type PresentedCredential,
   presentedCredential,
+  refuseCredentialsInQuery,
 } from '../../lib/core/credentials';
+import type { RequestFacts } from '../../lib/core/facts';
 import { authenticate } from '../../lib/express/authenticate';
 import {
   AuthenticationError,
@@ -305,5 +307,43 @@ describe('authenticate() on a route that takes secret keys only', () => {
     expect(guesses.map((error) => error.status)).toEqual([401, 401]);
     expect(right.error).toBeInstanceOf(RateLimitedError);
     expect(right.req.auth).toBeUndefined();
+  });
+});
+
+describe('refuseCredentialsInQuery', () => {
+  /** Counts the query strings parsed while `run` runs. */
+  function parsesDuring(run: () => void): number {
+    const Original = globalThis.URLSearchParams;
+    let parsed = 0;
+    globalThis.URLSearchParams = class extends Original {
+      constructor(...init: ConstructorParameters<typeof URLSearchParams>) {
+        super(...init);
+        parsed++;
+      }
+    };
+    try {
+      run();
+    } finally {
+      globalThis.URLSearchParams = Original;
+    }
+    return parsed;
+  }
+
+  it('scans a request URL once, however many checks the request meets', () => {
+    const facts = { originalUrl: '/orders?page=2' } as RequestFacts;
+    const parsed = parsesDuring(() => {
+      refuseCredentialsInQuery(facts, undefined, undefined);
+      refuseCredentialsInQuery(facts, undefined, undefined);
+    });
+    expect(parsed).toBe(1);
+  });
+
+  it('scans again when the URL is another, and refuses a credential there', () => {
+    const facts = { originalUrl: '/orders?page=2' } as { originalUrl: string } & RequestFacts;
+    refuseCredentialsInQuery(facts, undefined, undefined);
+    facts.originalUrl = `/orders?api_key=${SECRET}`;
+    expect(() => {
+      refuseCredentialsInQuery(facts, undefined, undefined);
+    }).toThrow(InvalidRequestError);
   });
 });

@@ -1,6 +1,6 @@
 import express from 'express';
 import request from 'supertest';
-import { clientIp } from '../../lib/express/request-context';
+import { clientIp, requestId } from '../../lib/express/request-context';
 
 describe('clientIp()', () => {
   /** An app whose trust function counts its calls: Express calls it each time `req.ip` is read. */
@@ -54,5 +54,32 @@ describe('clientIp()', () => {
     );
     const response = await request(app).get('/').set('X-Forwarded-For', '167772161');
     expect(response.status).toBe(400);
+  });
+});
+
+describe('requestId()', () => {
+  it("gives each request a fresh id, echoed as X-Request-Id, never the client's", async () => {
+    const app = express();
+    app.use(requestId());
+    app.get('/', (req, res) => res.json({ id: req.requestId }));
+    const response = await request(app).get('/').set('X-Request-Id', 'forged');
+    const body = response.body as { id: string };
+    expect(body.id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(response.headers['x-request-id']).toBe(body.id);
+  });
+
+  it('keeps the id an earlier requestId() gave, so lines logged before and after agree', async () => {
+    const app = express();
+    const seen: unknown[] = [];
+    app.use(requestId(), (req, _res, next) => {
+      seen.push(req.requestId);
+      next();
+    });
+    app.use(requestId());
+    app.get('/', (req, res) => res.json({ id: req.requestId }));
+    const response = await request(app).get('/');
+    const { id } = response.body as { id: string };
+    expect(seen).toEqual([id]);
+    expect(response.headers['x-request-id']).toBe(id);
   });
 });

@@ -1,6 +1,6 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { decodedParameter, routeDispatch, series } from '../../../gateway/dispatch';
-import { InvalidRequestError, MethodNotAllowedError, RouteTable } from '../../../lib';
+import { decodedParameter, routeDispatch } from '../../../gateway/dispatch';
+import { InvalidRequestError, MethodNotAllowedError, RouteTable, series } from '../../../lib';
 
 /** A request as the dispatch reads it: its method and path (nothing else is read). */
 function request(method: string, path: string): Request {
