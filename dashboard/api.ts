@@ -1,54 +1,20 @@
 /**
- * The admin API as the page calls it: same origin, the session cookie sent by
- * the browser, and on every change the session's CSRF token. Errors arrive as the JSON error body
- * (`{"status", "code", "message", "request_id"}`) and are thrown as `ApiError`.
+ * The admin API as the page calls it: same origin, the session cookie sent by the browser, and
+ * on every change the session's CSRF token. Errors arrive as the JSON error body
+ * (`{"status", "code", "message", "request_id"}`) and are thrown as `ApiError`. The answers' shapes
+ * are the admin routes' own (gateway/admin/answers.ts).
  */
 
-export interface Session {
-  readonly csrf_token: string;
-  readonly expires_at: string;
-  /** `null` when the admin listener takes changes; otherwise why it does not (a keys file). */
-  readonly read_only: string | null;
-}
-
-export interface KeyView {
-  readonly id: string;
-  readonly role: string;
-  readonly publishable_key: string;
-  readonly created_at: string | null;
-  readonly expires_at: string | null;
-  readonly revoked_at: string | null;
-  readonly last_used_at: string | null;
-  readonly revoked: boolean;
-  readonly permissions: readonly string[] | null;
-}
-
-export interface AccountView {
-  readonly id: string;
-  readonly ip_whitelist: readonly string[] | null;
-  readonly limits: Readonly<Record<string, number>> | null;
-  readonly keys: readonly KeyView[];
-}
-
-/** A key just created or rolled (database key store only): the one answer with its secret. */
-export interface NewKey extends KeyView {
-  readonly account_id: string;
-  readonly secret_key: string;
-}
-
-export interface ScopeUsage {
-  readonly scope: string;
-  readonly limit: number;
-  readonly remaining: number;
-  readonly reset_seconds: number;
-}
-
-export interface Minute {
-  readonly start: string;
-  readonly allowed: number;
-  readonly limited: number;
-  readonly refused: Readonly<Record<string, number>>;
-}
+import type {
+  AccountAnswer,
+  AccountsAnswer,
+  DecisionsAnswer,
+  ListedAccountAnswer,
+  NewKeyAnswer,
+  SessionAnswer,
+  UsageAnswer,
+  WrittenKeyAnswer,
+} from '../gateway/admin/answers';
 
 export class ApiError extends Error {
   constructor(
@@ -64,9 +30,9 @@ export class Api {
   private csrf = '';
 
   /** The session the cookie holds, or `undefined` when there is none (sign in). */
-  async session(): Promise<Session | undefined> {
+  async session(): Promise<SessionAnswer | undefined> {
     try {
-      const session = await this.call<Session>('GET', '/dashboard/session');
+      const session = await this.call<SessionAnswer>('GET', '/dashboard/session');
       this.csrf = session.csrf_token;
       return session;
     } catch (error) {
@@ -76,8 +42,8 @@ export class Api {
   }
 
   /** Opens a session for the admin token (the only time the page holds it). */
-  async signIn(token: string): Promise<Session> {
-    const session = await this.call<Session>('POST', '/dashboard/session', { token });
+  async signIn(token: string): Promise<SessionAnswer> {
+    const session = await this.call<SessionAnswer>('POST', '/dashboard/session', { token });
     this.csrf = session.csrf_token;
     return session;
   }
@@ -86,49 +52,49 @@ export class Api {
     await this.call('POST', '/dashboard/session/end');
   }
 
-  async accounts(): Promise<AccountView[]> {
-    return (await this.call<{ accounts: AccountView[] }>('GET', '/admin/v1/accounts')).accounts;
+  async accounts(): Promise<readonly ListedAccountAnswer[]> {
+    return (await this.call<AccountsAnswer>('GET', '/admin/v1/accounts')).accounts;
   }
 
-  createAccount(id: string): Promise<AccountView> {
+  createAccount(id: string): Promise<AccountAnswer> {
     return this.call('POST', '/admin/v1/accounts', { id });
   }
 
-  usage(account: string): Promise<{ scopes: ScopeUsage[] }> {
+  usage(account: string): Promise<UsageAnswer> {
     return this.call('GET', `/admin/v1/accounts/${encodeURIComponent(account)}/usage`);
   }
 
-  decisions(account: string): Promise<{ minutes: Minute[] }> {
+  decisions(account: string): Promise<DecisionsAnswer> {
     return this.call('GET', `/admin/v1/accounts/${encodeURIComponent(account)}/decisions`);
   }
 
-  setWhitelist(account: string, entries: readonly string[] | null): Promise<AccountView> {
+  setWhitelist(account: string, entries: readonly string[] | null): Promise<AccountAnswer> {
     return this.call('PUT', `/admin/v1/accounts/${encodeURIComponent(account)}/ip-whitelist`, {
       entries,
     });
   }
 
-  setLimits(account: string, limits: Record<string, number> | null): Promise<AccountView> {
+  setLimits(account: string, limits: Record<string, number> | null): Promise<AccountAnswer> {
     return this.call('PUT', `/admin/v1/accounts/${encodeURIComponent(account)}/limits`, {
       limits,
     });
   }
 
-  createKey(account: string, role: string): Promise<NewKey> {
+  createKey(account: string, role: string): Promise<NewKeyAnswer> {
     return this.call('POST', `/admin/v1/accounts/${encodeURIComponent(account)}/keys`, { role });
   }
 
-  setRole(key: string, role: string): Promise<KeyView> {
+  setRole(key: string, role: string): Promise<WrittenKeyAnswer> {
     return this.call('PATCH', `/admin/v1/keys/${encodeURIComponent(key)}`, { role });
   }
 
-  roll(key: string, graceSeconds: number): Promise<NewKey> {
+  roll(key: string, graceSeconds: number): Promise<NewKeyAnswer> {
     return this.call('POST', `/admin/v1/keys/${encodeURIComponent(key)}/roll`, {
       grace_seconds: graceSeconds,
     });
   }
 
-  revoke(key: string): Promise<KeyView> {
+  revoke(key: string): Promise<WrittenKeyAnswer> {
     return this.call('POST', `/admin/v1/keys/${encodeURIComponent(key)}/revoke`);
   }
 

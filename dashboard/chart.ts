@@ -1,4 +1,4 @@
-import type { Minute } from './api';
+import type { MinuteAnswer } from '../gateway/admin/answers';
 import { h, svg } from './dom';
 
 /**
@@ -19,7 +19,7 @@ const SERIES = [
 
 type Series = (typeof SERIES)[number]['key'];
 
-function counts(minute: Minute): Record<Series, number> {
+function counts(minute: MinuteAnswer): Record<Series, number> {
   const refused = Object.values(minute.refused).reduce((sum, n) => sum + n, 0);
   return { allowed: minute.allowed, limited: minute.limited, refused };
 }
@@ -31,7 +31,7 @@ function refusedCodes(refused: Readonly<Record<string, number>>): string {
     .join(', ');
 }
 
-function minuteSummary(minute: Minute, total: Record<Series, number>): string {
+function minuteSummary(minute: MinuteAnswer, total: Record<Series, number>): string {
   const codes = refusedCodes(minute.refused);
   return (
     `${clock(minute.start)}: ${total.allowed} allowed, ${total.limited} limited, ` +
@@ -40,7 +40,7 @@ function minuteSummary(minute: Minute, total: Record<Series, number>): string {
 }
 
 /** The refusals of the 15 minutes by code, in words under the chart; none: nothing. */
-function refusedSummary(minutes: readonly Minute[]): HTMLElement | null {
+function refusedSummary(minutes: readonly MinuteAnswer[]): HTMLElement | null {
   const byCode: Record<string, number> = {};
   for (const minute of minutes) {
     for (const [code, n] of Object.entries(minute.refused)) byCode[code] = (byCode[code] ?? 0) + n;
@@ -53,7 +53,7 @@ function clock(iso: string): string {
   return new Date(iso).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
 }
 
-export function decisionChart(minutes: readonly Minute[]): HTMLElement {
+export function decisionChart(minutes: readonly MinuteAnswer[]): HTMLElement {
   const totals = minutes.map(counts);
   const top = Math.max(1, ...totals.map((t) => t.allowed + t.limited + t.refused));
   const any = totals.some((t) => t.allowed + t.limited + t.refused > 0);

@@ -1,4 +1,4 @@
-import type { AccountView, KeyView } from './api';
+import type { KeyAnswer, ListedAccountAnswer } from '../gateway/admin/answers';
 import { h, uid, when } from './dom';
 import { ROLES, type ShownSecret, type Ui } from './ui';
 
@@ -11,7 +11,7 @@ import { ROLES, type ShownSecret, type Ui } from './ui';
 /** The admin API's upper bound for a roll's grace period, in seconds (7 days). */
 const MAX_GRACE_SECONDS = 604_800;
 
-export function keysSection(ui: Ui, account: AccountView): HTMLElement {
+export function keysSection(ui: Ui, account: ListedAccountAnswer): HTMLElement {
   const shown = ui.secretFor(account);
   const table =
     account.keys.length === 0
@@ -54,7 +54,7 @@ export function keysSection(ui: Ui, account: AccountView): HTMLElement {
   );
 }
 
-function keyRow(ui: Ui, key: KeyView): HTMLElement {
+function keyRow(ui: Ui, key: KeyAnswer): HTMLElement {
   const state = key.revoked
     ? 'revoked'
     : key.expires_at !== null && Date.parse(key.expires_at) <= Date.now()
@@ -83,7 +83,7 @@ function keyRow(ui: Ui, key: KeyView): HTMLElement {
   );
 }
 
-function keyActions(ui: Ui, key: KeyView): HTMLElement[] {
+function keyActions(ui: Ui, key: KeyAnswer): HTMLElement[] {
   const roleId = uid('role');
   const error = h('p', { class: 'field-error', id: uid('error') });
   const role = h(
@@ -166,7 +166,12 @@ function graceSeconds(value: string): number | undefined {
 }
 
 /** A modal that names the key; Cancel has the focus first, so Enter alone revokes nothing. */
-function confirmRevoke(ui: Ui, key: KeyView, opener: HTMLButtonElement, error: HTMLElement): void {
+function confirmRevoke(
+  ui: Ui,
+  key: KeyAnswer,
+  opener: HTMLButtonElement,
+  error: HTMLElement,
+): void {
   const titleId = uid('confirm');
   const cancel = h('button', { type: 'button' }, 'Cancel');
   const confirm = h('button', { type: 'button', class: 'danger' }, `Revoke ${key.id}`);
@@ -210,7 +215,7 @@ function confirmRevoke(ui: Ui, key: KeyView, opener: HTMLButtonElement, error: H
   cancel.focus();
 }
 
-function createKeyForm(ui: Ui, account: AccountView): HTMLElement {
+function createKeyForm(ui: Ui, account: ListedAccountAnswer): HTMLElement {
   const roleId = uid('new-role');
   const error = h('p', { class: 'field-error', id: uid('error') });
   const role = h(

@@ -1,4 +1,5 @@
-import { type AccountView, Api, ApiError, type Session } from './api';
+import type { ListedAccountAnswer, SessionAnswer } from '../gateway/admin/answers';
+import { Api, ApiError } from './api';
 import { decisionChart } from './chart';
 import { byId, fill, h, uid } from './dom';
 import { keysSection } from './keys-section';
@@ -19,8 +20,8 @@ const root = byId('app');
 const live = byId('live');
 const signOut = byId('sign-out');
 
-let session: Session | undefined;
-let accounts: AccountView[] = [];
+let session: SessionAnswer | undefined;
+let accounts: readonly ListedAccountAnswer[] = [];
 let selected: string | undefined;
 let filter = '';
 /** The secret of the key just created or rolled, shown once in its account's keys. */
@@ -382,7 +383,7 @@ function renderDetail(detail: HTMLElement): void {
 }
 
 /** The account's last 15 minutes on this instance, drawn once they arrive. */
-function decisionsSection(account: AccountView): HTMLElement {
+function decisionsSection(account: ListedAccountAnswer): HTMLElement {
   const chart = h('div', { class: 'chart-box', 'aria-busy': 'true' }, 'Loading decisions…');
   api.decisions(account.id).then(
     ({ minutes }) => {

@@ -1,4 +1,5 @@
-import { type AccountView, type Api, ApiError, type NewKey } from './api';
+import type { ListedAccountAnswer, NewKeyAnswer } from '../gateway/admin/answers';
+import { type Api, ApiError } from './api';
 
 /**
  * What the page's sections (keys, whitelist, limits) get from the page (main.ts): the admin API,
@@ -12,7 +13,7 @@ export const ROLES = ['level-1', 'level-2', 'level-3', 'administrator'] as const
 /** A secret to show once: the key just created or rolled, and what happened. */
 export interface ShownSecret {
   readonly accountId: string;
-  readonly key: NewKey;
+  readonly key: NewKeyAnswer;
   readonly title: string;
 }
 
@@ -41,7 +42,7 @@ export interface Ui {
   change(change: Change): void;
   announce(message: string): void;
   /** The secret to show in this account's keys section, if one was just made. */
-  secretFor(account: AccountView): ShownSecret | undefined;
+  secretFor(account: ListedAccountAnswer): ShownSecret | undefined;
 }
 
 /** The message of a refusal as the page shows it. */

@@ -1,4 +1,4 @@
-import type { AccountView, ScopeUsage } from './api';
+import type { ListedAccountAnswer, ScopeUsageAnswer } from '../gateway/admin/answers';
 import { fill, h, uid } from './dom';
 import { errorText, type Ui } from './ui';
 
@@ -7,7 +7,7 @@ import { errorText, type Ui } from './ui';
  * current window and when it resets; with the database key store, the account's own limit per
  * scope (empty: the default) and Save limits.
  */
-export function usageSection(ui: Ui, account: AccountView): HTMLElement {
+export function usageSection(ui: Ui, account: ListedAccountAnswer): HTMLElement {
   const box = h('div', { class: 'usage', 'aria-busy': 'true' }, 'Loading limits…');
   ui.api.usage(account.id).then(
     ({ scopes }) => {
@@ -26,7 +26,11 @@ export function usageSection(ui: Ui, account: AccountView): HTMLElement {
   return h('section', {}, h('h3', {}, 'Limits in the current window'), box);
 }
 
-function limitsForm(ui: Ui, account: AccountView, scopes: readonly ScopeUsage[]): HTMLElement {
+function limitsForm(
+  ui: Ui,
+  account: ListedAccountAnswer,
+  scopes: readonly ScopeUsageAnswer[],
+): HTMLElement {
   const inputs = new Map<string, HTMLInputElement>();
   const error = h('p', { class: 'field-error', id: uid('error') });
   const submit = h('button', { type: 'submit' }, 'Save limits');
@@ -57,8 +61,8 @@ function limitsForm(ui: Ui, account: AccountView, scopes: readonly ScopeUsage[])
 
 /** The scopes' table; with `inputs`, a field per scope for the account's own limit. */
 function usageTable(
-  account: AccountView,
-  scopes: readonly ScopeUsage[],
+  account: ListedAccountAnswer,
+  scopes: readonly ScopeUsageAnswer[],
   inputs?: Map<string, HTMLInputElement>,
   errorId?: string,
 ): HTMLElement {

@@ -1,4 +1,5 @@
-import type { AccountView, ApiError } from './api';
+import type { ListedAccountAnswer } from '../gateway/admin/answers';
+import type { ApiError } from './api';
 import { h, uid } from './dom';
 import type { Ui } from './ui';
 
@@ -7,7 +8,7 @@ import type { Ui } from './ui';
  * per entry. Entries are checked by the server's own parser only: the entry it names is marked
  * invalid with the message beside it, and nothing is saved while one is wrong.
  */
-export function whitelistSection(ui: Ui, account: AccountView): HTMLElement {
+export function whitelistSection(ui: Ui, account: ListedAccountAnswer): HTMLElement {
   const list = account.ip_whitelist;
   const summary =
     list === null

@@ -49,7 +49,7 @@ export async function startGateway(
   options: StartOptions,
 ): Promise<RunningGateway> {
   const { logger } = options;
-  let keyStore: KeyStore & KeyDirectory;
+  let keyStore: KeyStore & Required<KeyDirectory>;
   let fileStore: FileKeyStore | undefined;
   let databaseStore: PgKeyStore | undefined;
   let demo: ReturnType<typeof createDemoKeys> | undefined;

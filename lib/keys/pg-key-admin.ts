@@ -425,6 +425,16 @@ export async function revoke(pool: Pool, keyId: unknown): Promise<KeyView> {
 }
 
 /** Every account with its keys (never a secret or its digest), ordered by id. */
+/** One account, looked up by its id alone; `undefined` when there is none. */
+export async function findAccount(pool: Pool, id: string): Promise<AccountView | undefined> {
+  const result = await pool.query<AccountRowSql>(
+    `SELECT ${ACCOUNT_COLUMNS} FROM accounts WHERE id = $1`,
+    [id],
+  );
+  const row = result.rows[0];
+  return row === undefined ? undefined : accountView(row);
+}
+
 export async function listAccounts(pool: Pool): Promise<AccountWithKeys[]> {
   const accounts = await pool.query<AccountRowSql>(
     `SELECT ${ACCOUNT_COLUMNS} FROM accounts ORDER BY id`,

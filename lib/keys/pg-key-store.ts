@@ -674,6 +674,11 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     return admin.exportDocument(this.pool);
   }
 
+  /** One account as the database holds it, read by its id; `undefined` when there is none. */
+  findAccount(accountId: string): Promise<views.AccountView | undefined> {
+    return admin.findAccount(this.pool, accountId);
+  }
+
   /** Every account and key as the database holds them, `last_used_at` included. */
   listAccounts(): Promise<views.AccountWithKeys[]> {
     return admin.listAccounts(this.pool);

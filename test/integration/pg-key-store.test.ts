@@ -263,6 +263,15 @@ describeWithPostgres('PostgreSQL key store', () => {
       expect((await store.listAccounts()).flatMap((a) => a.keys).length).toBeGreaterThan(0);
     });
 
+    it('finds one account by its id, with its settings, and nothing for an unknown id', async () => {
+      const found = await store.findAccount('acct_one');
+      const listed = (await store.listAccounts()).find((account) => account.id === 'acct_one');
+      expect(listed).toBeDefined();
+      const { keys: _keys, ...settings } = listed ?? { keys: [] };
+      expect(found).toEqual(settings);
+      await expect(store.findAccount('acct_nobody')).resolves.toBeUndefined();
+    });
+
     it('errors are TollgateErrors (400 invalid_request)', async () => {
       const error = await store.createAccount('bad id').catch((e: unknown) => e);
       expect(error).toBeInstanceOf(TollgateError);
