@@ -42,7 +42,7 @@ export interface AdminAccess {
 
 /**
  * `audited(action)`: the middleware that writes a request's audit line once it is answered, as
- * the key-management routes' own (admin.ts). `readOnly`: why the key-management routes take no
+ * the key-management routes' own (admin/index.ts). `readOnly`: why the key-management routes take no
  * change (a keys file), or `null`; the session's answer tells the page.
  */
 export function adminAccess(
