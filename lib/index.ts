@@ -179,7 +179,7 @@ export {
   type AuthFailureLimiterOptions,
   type BudgetClient,
 } from './rate-limit/auth-failures';
-export { ResilientStore, type ResilientStoreOptions } from './rate-limit/resilient-store';
+export { TollgateStore, type TollgateStoreOptions } from './rate-limit/tollgate-store';
 export {
   RedisHealth,
   type SharedStoreState,

@@ -1,15 +1,11 @@
 import { ConfigurationError } from './errors';
 
 /**
- * Loads an optional peer dependency when a feature needs it: Redis users install `ioredis` and
- * `rate-limit-redis`, database key stores `pg`; everyone else does not pay for them. A missing one is a clear configuration
- * error, not a crash at import time.
+ * Loads an optional peer dependency when a feature needs it: Redis users install `ioredis`,
+ * database key stores `pg`; everyone else does not pay for them. A missing one is a clear
+ * configuration error, not a crash at import time.
  */
 export function requireOptional(name: 'ioredis', feature: string): typeof import('ioredis');
-export function requireOptional(
-  name: 'rate-limit-redis',
-  feature: string,
-): typeof import('rate-limit-redis');
 export function requireOptional(name: 'pg', feature: string): typeof import('pg');
 export function requireOptional(name: string, feature: string): unknown {
   try {

@@ -10,7 +10,7 @@ import { permissionNames } from './permissions';
 import type { KeyStore } from '../keys/key-store';
 import {
   type AuthFailureLimiter,
-  createAuthFailureLimiter,
+  authFailureLimiterOn,
   DEFAULT_AUTH_FAILURE_LIMIT,
 } from '../rate-limit/auth-failures';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis } from '../rate-limit/window';
@@ -234,7 +234,8 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
   const permissions = permissionNames(options.permissions, 'tollgate()');
   assertPermissionNames(options.keyStore, permissions);
   const prefix = options.redisPrefix ?? DEFAULT_PREFIX;
-  // One store for every scope: a request meeting several is admitted in one step.
+  // One store for every scope, so a request meeting several is admitted in one step, and for the
+  // failure budget: one fallback and one health signal for every counter of the gate.
   const store = new AdmissionStore({ windowMs, redis: options.redis, expectedInstances });
   const scopes = new Map<string, ScopeCounter>();
   for (const [name, definition] of Object.entries(options.scopes)) {
@@ -251,7 +252,7 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       }),
     );
   }
-  const authFailures = createAuthFailureLimiter({
+  const authFailures = authFailureLimiterOn(store, {
     limit: options.authFailureLimit ?? DEFAULT_AUTH_FAILURE_LIMIT,
     windowMs,
     redis: options.redis,
@@ -454,9 +455,9 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
     refuseEarly,
     rateLimitState: () => (options.redis === undefined ? 'memory' : options.redis.health.state),
     usage,
+    // The failure budget counts in `store` too.
     close: () => {
       store.shutdown();
-      authFailures.store.shutdown();
     },
     authFailures,
   };

@@ -1,20 +1,20 @@
 import type { Request, RequestHandler } from 'express';
-import { ipKeyGenerator, rateLimit, type Store } from 'express-rate-limit';
+import { ipKeyGenerator, rateLimit } from 'express-rate-limit';
 import { ConfigurationError, MisconfigurationError, RateLimitedError } from '../errors';
-import type { ResilientStore } from '../rate-limit/resilient-store';
 import {
   DEFAULT_PREFIX,
   DEFAULT_WINDOW_MS,
   type LimiterRedis,
   retryAfterSeconds,
 } from '../rate-limit/window';
-import { createScopeStore } from '../rate-limit/scope-store';
+import { TollgateStore } from '../rate-limit/tollgate-store';
 
 /**
- * A fixed-window limiter for one scope, built on express-rate-limit. With `redis`, counts live in
- * Redis (rate-limit-redis, one atomic script call per request) and fall back to process memory
- * while Redis is unusable; without it, they live in memory. A refused request goes to `next()` as
- * a `RateLimitedError` (429 with `Retry-After`); every counted response carries the IETF
+ * A fixed-window limiter for one scope: express-rate-limit over a `TollgateStore`, so it counts
+ * through the same engine as `tollgate()`'s scopes. With `redis`, counts live in Redis (one
+ * script call per request) and fall back to process memory while Redis is unusable; without it,
+ * they live in memory. A refused request is not counted, and goes to `next()` as a
+ * `RateLimitedError` (429 with `Retry-After`); every counted response carries the IETF
  * `RateLimit` and `RateLimit-Policy` headers.
  */
 
@@ -48,7 +48,7 @@ export interface RateLimiterOptions {
 
 export interface RateLimiter {
   readonly middleware: RequestHandler;
-  readonly store: ResilientStore;
+  readonly store: TollgateStore;
 }
 
 const NAME_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
@@ -72,9 +72,8 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
     );
   }
   const prefix = `${options.prefix ?? DEFAULT_PREFIX}${name}:`;
-  const store = createScopeStore({
+  const store = new TollgateStore({
     prefix,
-    limit,
     redis: options.redis,
     expectedInstances: options.expectedInstances,
   });
@@ -83,7 +82,7 @@ export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
   const limiter = rateLimit({
     windowMs,
     limit,
-    store: store as Store,
+    store,
     identifier: name,
     standardHeaders: 'draft-8',
     legacyHeaders: false,

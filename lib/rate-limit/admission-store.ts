@@ -25,9 +25,12 @@ import type { LimiterRedis } from './window';
  *   resets, and refused without asking Redis while the limit asked for is not above the count:
  *   the limit is the request's own (per-account overrides), never one fixed per scope.
  *
- * Replaces rate-limit-redis and express-rate-limit's increment-then-check for the core's scopes:
- * those count refused requests too and take one script call per scope, so they can neither keep a
- * refusal from spending the other limits nor check several limits in one round trip.
+ * Every counter of the kit decides here: the core's scopes (the publishable cap and per-IP scopes
+ * among them), the failed-authentication budget and, through `TollgateStore`, every
+ * express-rate-limit limiter, `createRateLimiter()`'s included. So there is one fallback while
+ * Redis is away, one instance multiplier and one health signal. An increment-then-check store
+ * (rate-limit-redis) counts refused requests too and takes one script call per scope, so it can
+ * neither keep a refusal from spending the other limits nor check several limits in one round trip.
  */
 
 /**
@@ -79,6 +82,14 @@ for i = 1, #KEYS do
 end
 return reply`;
 
+/**
+ * KEYS[1]: one counter. Takes back one admission while its window lasts, never below zero and
+ * never creating a counter; the window's expiry stays. Returns the count after it.
+ */
+export const DECREMENT_SCRIPT = `local count = tonumber(redis.call('GET', KEYS[1]))
+if count == nil or count <= 0 then return 0 end
+return redis.call('DECR', KEYS[1])`;
+
 /** A key seen full: its count then, and when its window resets (ms since epoch). */
 interface Full {
   readonly count: number;
@@ -96,14 +107,16 @@ export class LocalCounters {
     windowMs: number,
     private readonly maxFullKeys: number,
     private readonly now: () => number,
+    /** Keys that are this prefix and an IPv4 address are kept as numbers (`compactKey()`). */
+    private readonly ipv4KeyPrefix = 'ip:',
   ) {
-    this.memory = new CompactMemoryStore({ now });
+    this.memory = new CompactMemoryStore({ now, ipv4KeyPrefix });
     this.memory.init({ windowMs });
   }
 
   /** When `key` is known to have no room under `limit`: the time its window resets. */
   fullUntil(key: string, limit: number): number | undefined {
-    const compact = compactKey(key, 'ip:');
+    const compact = compactKey(key, this.ipv4KeyPrefix);
     const seen = this.full.get(compact);
     if (seen === undefined) return undefined;
     if (seen.until <= this.now()) {
@@ -115,13 +128,18 @@ export class LocalCounters {
 
   /** Remembers `key` as full; when the map is full the oldest entry goes (about expiry order). */
   markFull(key: string, count: number, until: number): void {
-    const compact = compactKey(key, 'ip:');
+    const compact = compactKey(key, this.ipv4KeyPrefix);
     this.full.delete(compact);
     if (this.full.size >= this.maxFullKeys) {
       const oldest = this.full.keys().next();
       if (oldest.done !== true) this.full.delete(oldest.value);
     }
     this.full.set(compact, { count, until });
+  }
+
+  /** Forgets that `key` was seen full: its count went down. */
+  forget(key: string): void {
+    this.full.delete(compactKey(key, this.ipv4KeyPrefix));
   }
 
   shutdown(): void {
@@ -168,6 +186,7 @@ interface Shared {
   readonly health: RedisHealth;
   readonly admitSha: string;
   readonly readSha: string;
+  readonly decrementSha: string;
 }
 
 export class AdmissionStore {
@@ -193,13 +212,23 @@ export class AdmissionStore {
         health: redis.health,
         admitSha: loadScript(send, ADMIT_SCRIPT),
         readSha: loadScript(send, READ_SCRIPT),
+        decrementSha: loadScript(send, DECREMENT_SCRIPT),
       };
     }
   }
 
-  /** The counters of one scope, whose Redis keys start with `prefix`. */
-  countersFor(prefix: string): LocalCounters {
-    const counters = new LocalCounters(prefix, this.windowMs, this.maxFullKeys, this.now);
+  /**
+   * The counters of one scope, whose Redis keys start with `prefix`. Keys that are
+   * `ipv4KeyPrefix` and an IPv4 address are kept in memory as numbers; `''` for bare addresses.
+   */
+  countersFor(prefix: string, ipv4KeyPrefix = 'ip:'): LocalCounters {
+    const counters = new LocalCounters(
+      prefix,
+      this.windowMs,
+      this.maxFullKeys,
+      this.now,
+      ipv4KeyPrefix,
+    );
     this.counters.push(counters);
     return counters;
   }
@@ -237,6 +266,40 @@ export class AdmissionStore {
     }
     this.peekLocal(requests, readings, shared === undefined ? 1 : this.expectedInstances);
     return readings;
+  }
+
+  /**
+   * Takes back one admission of `key` (express-rate-limit's `decrement`, for a request it skips
+   * after the fact), where counts are kept now: Redis when usable, else memory. Never below zero.
+   */
+  async decrement(counter: LocalCounters, key: string): Promise<void> {
+    counter.forget(key);
+    const shared = this.shared;
+    const sent =
+      shared !== undefined &&
+      (await this.send(shared, 'EVALSHA', shared.decrementSha, '1', counter.prefix + key));
+    if (!sent) counter.memory.decrement(key);
+  }
+
+  /** Forgets every count of `key`: in memory, and in Redis when usable. */
+  async reset(counter: LocalCounters, key: string): Promise<void> {
+    counter.forget(key);
+    counter.memory.resetKey(key);
+    const shared = this.shared;
+    if (shared !== undefined) await this.send(shared, 'DEL', counter.prefix + key);
+  }
+
+  /** One command whose reply is not needed: whether Redis ran it. A failure degrades the health. */
+  private async send(shared: Shared, ...command: [string, ...string[]]): Promise<boolean> {
+    if (!shared.health.usable) return false;
+    try {
+      await shared.send(...command);
+      shared.health.succeeded();
+      return true;
+    } catch (error) {
+      shared.health.failed(error);
+      return false;
+    }
   }
 
   /** Reads the local counts into `readings`, each scaled by `scale`, counting nothing. */

@@ -1,8 +1,7 @@
 import { ipKeyGenerator } from 'express-rate-limit';
 import { ConfigurationError, TollgateError, RateLimitedError } from '../errors';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './window';
-import type { ResilientStore } from './resilient-store';
-import { createScopeStore } from './scope-store';
+import { AdmissionStore, type LocalCounters } from './admission-store';
 
 /**
  * Throttles credential guessing: wrong keys, pairs and tokens (401) and whitelist
@@ -62,7 +61,8 @@ export interface AuthFailureLimiter {
   record(req: BudgetClient, error: unknown): boolean;
   /** Error handler calling `record()`, for the individual middlewares. */
   readonly recordFailure: BudgetErrorHandler;
-  readonly store: ResilientStore;
+  /** The limit engine told of each failure, when Redis is given; `shutdown()` stops its timers. */
+  readonly store: AdmissionStore;
 }
 
 /** Whose budget: the canonical client address (`clientIp()`), else Express's `req.ip`. */
@@ -97,6 +97,23 @@ interface Window {
 export function createAuthFailureLimiter(
   options: AuthFailureLimiterOptions = {},
 ): AuthFailureLimiter {
+  const store = new AdmissionStore({
+    windowMs: options.windowMs ?? DEFAULT_WINDOW_MS,
+    redis: options.redis,
+    expectedInstances: options.expectedInstances,
+    now: options.now,
+  });
+  return authFailureLimiterOn(store, options);
+}
+
+/**
+ * The budget told to `store`, the limit engine of the scopes it sits beside (`tollgate()` hands
+ * in its own), whose window must be `options.windowMs`: one fallback and one health for both.
+ */
+export function authFailureLimiterOn(
+  store: AdmissionStore,
+  options: AuthFailureLimiterOptions,
+): AuthFailureLimiter {
   const limit = options.limit ?? DEFAULT_AUTH_FAILURE_LIMIT;
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
   const maxTrackedIps = options.maxTrackedIps ?? DEFAULT_MAX_TRACKED_IPS;
@@ -106,19 +123,13 @@ export function createAuthFailureLimiter(
       'createAuthFailureLimiter(): limit must be a whole number of at least 1',
     );
   }
-  const prefix = `${options.prefix ?? DEFAULT_PREFIX}${NAME}:`;
-  // Redis' count of every instance's failures. The store blocks a key once its count exceeds its
-  // limit: `limit - 1` blocks it as soon as the limit-th failure is counted.
-  const store = createScopeStore({
-    prefix,
-    limit: limit - 1,
-    redis: options.redis,
-    expectedInstances: options.expectedInstances,
-    // Its keys are bare addresses (`keyOf()`).
-    ipv4KeyPrefix: '',
-  });
-  void store.init({ windowMs } as Parameters<ResilientStore['init']>[0]);
-  const shared = options.redis !== undefined;
+  // Every instance's failures, in Redis: admitted up to the limit, so the engine knows the key full
+  // (and `fullUntil()` answers) as soon as the limit-th failure is counted. Its keys are bare
+  // addresses (`keyOf()`).
+  const fleet: LocalCounters | undefined =
+    options.redis === undefined
+      ? undefined
+      : store.countersFor(`${options.prefix ?? DEFAULT_PREFIX}${NAME}:`, '');
   const policy = `"${NAME}"; q=${limit}; w=${Math.ceil(windowMs / 1000)}`;
   // This instance's own count, by IP: fixed windows with budget left, and the reset time of those
   // whose budget is spent, kept apart so that a flood of single failures from other IPs cannot
@@ -144,9 +155,9 @@ export function createAuthFailureLimiter(
       spent.delete(key);
       local = undefined;
     }
-    const fleet = store.blockedUntil(key);
-    if (local === undefined) return fleet;
-    return fleet === undefined ? local : Math.max(local, fleet);
+    const everywhere = fleet?.fullUntil(key, limit);
+    if (local === undefined) return everywhere;
+    return everywhere === undefined ? local : Math.max(local, everywhere);
   };
 
   const refusal = (until: number): RateLimitedError => {
@@ -158,10 +169,10 @@ export function createAuthFailureLimiter(
     );
   };
 
-  const tellFleet = (key: string): void => {
-    // A failure to tell is the store's to degrade; the wait ends either way (the command timeout
-    // of the kit's Redis client bounds it).
-    const told = store.increment(key).then(
+  const tellFleet = (counters: LocalCounters, key: string): void => {
+    // A failure to tell is the engine's to degrade (it counts locally then); the wait ends either
+    // way (the command timeout of the kit's Redis client bounds it).
+    const told = store.admit([{ counter: counters, key, limit, enforced: true }]).then(
       () => undefined,
       () => undefined,
     );
@@ -181,7 +192,7 @@ export function createAuthFailureLimiter(
     } else if (window.failures === 1) {
       remember(windows, key, window, at, (entry) => entry.resetAt);
     }
-    if (shared) tellFleet(key);
+    if (fleet !== undefined) tellFleet(fleet, key);
   };
 
   /** Sets `key` in `map`, making room first: expired entries, then the oldest if still full. */

@@ -1,8 +1,13 @@
 import type http from 'node:http';
 import express from 'express';
+import type { Options } from 'express-rate-limit';
 import { Redis } from 'ioredis';
 import request from 'supertest';
+import { ScopeCounter } from '../../lib/core/limits';
+import { AuthenticationError } from '../../lib/errors';
 import { errorHandler } from '../../lib/express/error-handler';
+import { createAuthFailureLimiter } from '../../lib/rate-limit/auth-failures';
+import { TollgateStore } from '../../lib/rate-limit/tollgate-store';
 import { CommandBatch } from '../../lib/rate-limit/command-batch';
 import { createRateLimiter, type RateLimiter } from '../../lib/express/limiter';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
@@ -27,9 +32,10 @@ import {
 } from '../multiprocess/harness';
 
 /**
- * The limiter on a real Redis, in-process: exact counting at the boundary, the Redis keys it
- * writes, and the failures rate-limit-redis alone does not survive (SCRIPT FLUSH, a store built
- * while Redis is down, a restarted Redis, a command that outlives the command timeout).
+ * The limiter on a real Redis, in-process: exact counting at the boundary (a refusal counts
+ * nothing), the Redis keys it writes, and the failures a bare Redis store does not survive
+ * (SCRIPT FLUSH, a store built while Redis is down, a restarted Redis, a command that outlives
+ * the command timeout).
  */
 
 const LIMIT = 10;
@@ -146,7 +152,8 @@ describeWithRedis('the rate limiter on a real Redis', () => {
     expect(refused.headers['ratelimit-policy']).toMatch(
       new RegExp(`^"scope"; q=${LIMIT}; w=${WINDOW_MS / 1000}; pk=:[A-Za-z0-9+/=]+:$`),
     );
-    expect(await admin.get(`${prefix}scope:account:boundary`)).toBe(String(LIMIT + 1));
+    // The refused request counted nothing: the counter holds the admissions alone.
+    expect(await admin.get(`${prefix}scope:account:boundary`)).toBe(String(LIMIT));
   });
 
   it('admits exactly the limit across two connections (two instances) hit at once', async () => {
@@ -196,6 +203,31 @@ describeWithRedis('the rate limiter on a real Redis', () => {
     } finally {
       burstServer.close();
       burstLimiter.store.shutdown();
+    }
+  });
+
+  it("takes back admissions in Redis for express-rate-limit's decrement, keeping the window, never below zero", async () => {
+    const store = new TollgateStore({ redis: connection, prefix: `${prefix}store:` });
+    store.init({ windowMs: WINDOW_MS, limit: 2 } as Options);
+    const key = `${prefix}store:account:taken`;
+    try {
+      await store.increment('account:taken');
+      await store.increment('account:taken');
+      expect((await store.increment('account:taken')).totalHits).toBe(3);
+      await store.decrement('account:taken');
+      expect(await admin.get(key)).toBe('1');
+      expect(await admin.pttl(key)).toBeGreaterThan(WINDOW_MS - 5000);
+      // Known full a moment ago: after the decrement, Redis decides again.
+      expect((await store.increment('account:taken')).totalHits).toBe(2);
+      for (let n = 0; n < 3; n++) await store.decrement('account:taken');
+      expect(await admin.get(key)).toBe('0');
+      expect((await store.get('account:taken'))?.totalHits).toBeUndefined();
+      await store.resetKey('account:taken');
+      expect(await admin.exists(key)).toBe(0);
+      await store.decrement('account:gone');
+      expect(await admin.exists(`${prefix}store:account:gone`)).toBe(0);
+    } finally {
+      store.shutdown();
     }
   });
 
@@ -403,9 +435,9 @@ describeWithOwnedRedis('the rate limiter through Redis failures', () => {
 
     expect(flushes).toBeGreaterThan(1);
     expect(tally(statuses)).toEqual({ 200: LIMIT, 429: 2 * LIMIT });
-    expect(
-      Number(await redisCommand(redis.port, ['GET', `${prefix}flush:account:flushed`])),
-    ).toBeGreaterThan(LIMIT);
+    expect(await redisCommand(redis.port, ['GET', `${prefix}flush:account:flushed`])).toBe(
+      String(LIMIT),
+    );
     expect(changes).toEqual([]);
     expect(connection.health.state).toBe('shared');
   });
@@ -423,9 +455,7 @@ describeWithOwnedRedis('the rate limiter through Redis failures', () => {
     expect(changes).toEqual(['degraded', 'shared']);
 
     expect(tally(await hits(server, 'later', LIMIT + 1))).toEqual({ 200: LIMIT, 429: 1 });
-    expect(await redisCommand(port, ['GET', `${prefix}late:account:later`])).toBe(
-      String(LIMIT + 1),
-    );
+    expect(await redisCommand(port, ['GET', `${prefix}late:account:later`])).toBe(String(LIMIT));
     expect(await redisCommand(port, ['EXISTS', `${prefix}late:account:early`])).toBe(0);
   });
 
@@ -529,5 +559,94 @@ describeWithOwnedRedis('the rate limiter through Redis failures', () => {
     expect(tally(await hits(server, 'dropped', 1))).toEqual({ 200: 1 });
     expect(await redisCommand(redis.port, ['GET', key])).toBe('2');
     expect(changes).toEqual(['degraded', 'shared']);
+  });
+
+  it('falls back and recovers the single limiter and the failure budget exactly as a scope, on one health signal', async () => {
+    const first = await startOwnedRedis();
+    const connection = createLimiterRedis({ url: first.url });
+    const changes = recordChanges(connection);
+    await waitUntil(() => connection.health.state === 'shared', 5000);
+    // Four a window between two instances: two in this one while Redis is away.
+    const shared = { redis: connection, prefix, expectedInstances: 2 };
+    const limiter = createRateLimiter({
+      ...shared,
+      name: 'single',
+      limit: 4,
+      windowMs: WINDOW_MS,
+      key: (req) => `account:${req.get('x-account') ?? 'none'}`,
+    });
+    const server = limiterApp(limiter);
+    const scope = new ScopeCounter({
+      ...shared,
+      name: 'scope',
+      definition: { limit: 4, per: 'ip' },
+      windowMs: WINDOW_MS,
+    });
+    const budget = createAuthFailureLimiter({ ...shared, limit: 4, windowMs: WINDOW_MS });
+    /** Each counter's answers to `count` requests of `who`: the scope's and limiter's statuses, and the budget's refusal after each failure. */
+    const answers = async (who: string, ip: string, count: number) => {
+      const scoped: number[] = [];
+      const spent: boolean[] = [];
+      const client = { clientIp: ip };
+      for (let n = 0; n < count; n++) {
+        scoped.push((await scope.admit(undefined, ip)).admitted ? 200 : 429);
+        try {
+          budget.attempt(client, () => {
+            throw new AuthenticationError('invalid_api_key');
+          });
+        } catch {
+          // Counted, or refused once spent.
+        }
+        // The failure is told to Redis (or, failing that, the local fallback) after the comparison.
+        await sleep(20);
+        spent.push(budget.refusalFor(client) !== undefined);
+      }
+      return { limiter: await hits(server, who, count), scope: scoped, budget: spent };
+    };
+    try {
+      expect(await answers('before', '198.51.100.1', 5)).toEqual({
+        limiter: [200, 200, 200, 200, 429],
+        scope: [200, 200, 200, 200, 429],
+        budget: [false, false, false, true, true],
+      });
+
+      await first.stop();
+      expect(await answers('during', '198.51.100.2', 3)).toEqual({
+        limiter: [200, 200, 429],
+        scope: [200, 200, 429],
+        budget: [false, true, true],
+      });
+      expect(changes).toEqual(['degraded']);
+
+      const second = await startOwnedRedis(first.port);
+      await waitUntil(() => connection.health.state === 'shared', 5000);
+      // Another instance has spent three of each counter: one is left, counted in Redis again.
+      for (const key of [
+        'single:account:after',
+        'scope:ip:198.51.100.3',
+        'auth-failures:198.51.100.3',
+      ]) {
+        await redisCommand(second.port, ['SET', `${prefix}${key}`, '3', 'PX', String(WINDOW_MS)]);
+      }
+      expect(await answers('after', '198.51.100.3', 2)).toEqual({
+        limiter: [200, 429],
+        scope: [200, 429],
+        budget: [true, true],
+      });
+      for (const key of [
+        'single:account:after',
+        'scope:ip:198.51.100.3',
+        'auth-failures:198.51.100.3',
+      ]) {
+        expect(await redisCommand(second.port, ['GET', `${prefix}${key}`])).toBe('4');
+      }
+      expect(changes).toEqual(['degraded', 'shared']);
+    } finally {
+      server.close();
+      limiter.store.shutdown();
+      scope.store.shutdown();
+      budget.store.shutdown();
+      await connection.close();
+    }
   });
 });

@@ -1,20 +1,19 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { Options } from 'express-rate-limit';
 import { GATEWAY_LIMIT_SCOPES } from '../../gateway/keys-cli/limit-scopes';
 import { limitScopesOf, ScopeCounter } from '../../lib/core/limits';
 import { ConfigurationError } from '../../lib/errors';
 import { tollgate } from '../../lib/express/tollgate';
 import { FileKeyStore, KeyRing, sha256 } from '../../lib/keys/key-store';
-import { ResilientStore } from '../../lib/rate-limit/resilient-store';
+import { AdmissionStore } from '../../lib/rate-limit/admission-store';
 import type { AuthContext } from '../../lib/types';
 
 /**
  * Per-account limit overrides where keys are loaded and where they are counted: the
  * keys file's rules (every fault names the account and the scope), the worker-built file store,
- * the gate's check of a store's scopes, `ScopeCounter.limitFor()` and its headers, and the store's
- * memory of keys over a limit that now comes with each request.
+ * the gate's check of a store's scopes, `ScopeCounter.limitFor()` and its headers, and the limit
+ * engine deciding at the limit that comes with each request.
  */
 
 function documentWith(limits: unknown): unknown {
@@ -233,25 +232,26 @@ describe('ScopeCounter.limitFor()', () => {
   });
 });
 
-describe('ResilientStore with the limit given per increment', () => {
-  it('refuses from memory a key over the limit it comes with, and counts it again under a higher one', async () => {
-    const store = new ResilientStore({ limit: 10 });
-    await store.init({ windowMs: 60_000 } as Options);
+describe('the limit engine with the limit given per request', () => {
+  it('refuses a key at the limit it comes with, counting nothing, and admits it again under a higher one', async () => {
+    const store = new AdmissionStore({ windowMs: 60_000 });
+    const counters = store.countersFor('rl:payments:');
     const hits = async (count: number, limit: number): Promise<number[]> => {
       const totals = [];
-      for (let i = 0; i < count; i++)
-        totals.push((await store.increment('account:a', limit)).totalHits);
+      for (let i = 0; i < count; i++) {
+        const { readings } = await store.admit([
+          { counter: counters, key: 'account:a', limit, enforced: true },
+        ]);
+        totals.push(readings[0]?.count ?? 0);
+      }
       return totals;
     };
+    // Above the limit: the count the request would have made, not counted.
     expect(await hits(3, 2)).toEqual([1, 2, 3]);
-    // Remembered over 2: refused without counting.
     expect(await hits(2, 2)).toEqual([3, 3]);
-    expect(store.blockedUntil('account:a')).toBeGreaterThan(Date.now());
     // The account's limit raised to 5: counted again, from where the window is.
-    expect(await hits(3, 5)).toEqual([4, 5, 6]);
-    expect(await hits(1, 5)).toEqual([6]);
-    // Without a limit: the store's own (10), above the one remembered.
-    expect((await store.increment('account:a')).totalHits).toBe(7);
+    expect(await hits(4, 5)).toEqual([3, 4, 5, 6]);
+    expect(await hits(1, 10)).toEqual([6]);
     store.shutdown();
   });
 });
