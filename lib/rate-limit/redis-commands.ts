@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 
 /**
- * The command function handed to rate-limit-redis. It survives what the store alone does not
- * (see docs/rate-limits.md):
+ * The command function the limit engine sends its scripts through. It survives what a bare
+ * script call does not (see docs/rate-limits.md):
  *
  * - `SCRIPT LOAD` is answered locally with the script's SHA-1 (what Redis itself would answer),
  *   so a store created while Redis is down never caches a failed load;
