@@ -21,6 +21,9 @@ export interface JsonBodyOptions {
 
 export const DEFAULT_BODY_LIMIT = '64kb';
 
+/** The refusal of a JSON body declared in another charset: it says which one is read. */
+const NOT_UTF8 = 'JSON bodies must be UTF-8 (Content-Type: application/json; charset=utf-8)';
+
 export function jsonBody(options: JsonBodyOptions = {}): RequestHandler {
   const limit = bytes.parse(options.limit ?? DEFAULT_BODY_LIMIT);
   if (limit === null || !Number.isSafeInteger(limit) || limit < 0) {
@@ -39,8 +42,12 @@ export function jsonBody(options: JsonBodyOptions = {}): RequestHandler {
       next(new PayloadTooLargeError());
       return;
     }
-    if (req.is('application/json') === false || !isUtf8Charset(req.headers['content-type'])) {
+    if (req.is('application/json') === false) {
       next(new UnsupportedMediaTypeError());
+      return;
+    }
+    if (!isUtf8Charset(req.headers['content-type'])) {
+      next(new UnsupportedMediaTypeError(NOT_UTF8));
       return;
     }
     // eslint-disable-next-line @typescript-eslint/no-unsafe-class-instance-assignment -- req is the IncomingMessage Node created

@@ -80,12 +80,14 @@ const cases: HostileCase[] = [
     name: 'application/json; charset=latin1: 415',
     request: ({ keys }) => exchange(pair(keys), 'application/json; charset=latin1'),
     ...unsupported,
+    message: 'JSON bodies must be UTF-8 (Content-Type: application/json; charset=utf-8)',
   },
   {
     name: 'a UTF-16 body declared as charset=utf-16: 415',
     request: ({ keys }) =>
       exchange(Buffer.from(pair(keys), 'utf16le'), 'application/json; charset=utf-16'),
     ...unsupported,
+    message: 'JSON bodies must be UTF-8 (Content-Type: application/json; charset=utf-8)',
   },
   {
     name: 'a UTF-16 body declared as plain application/json: 400',
