@@ -121,6 +121,8 @@ const LATEST_VERSION = `SELECT greatest(
  * failed, and such writes pile up one per flush for as long as the lock is held.
  */
 const CLIENT_GRACE_MS = 250;
+/** The listener's state from construction until its first connection succeeds or fails. */
+const NOT_LISTENING_YET = 'not connected yet';
 const RECONNECT_MIN_MS = 100;
 /** More changed keys than this in one sync: a new ring is built in the worker instead. */
 export const FULL_LOAD_ROWS = 5000;
@@ -143,7 +145,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   private version = 0n;
   private lastSyncAt = 0;
   private syncFault: string | undefined;
-  private listenFault: string | undefined = 'not connected yet';
+  private listenFault: string | undefined = NOT_LISTENING_YET;
   private listener: Client | undefined;
   private reconnectDelay = RECONNECT_MIN_MS;
   private reconnectTimer: NodeJS.Timeout | undefined;
@@ -565,6 +567,9 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     if (which === 'sync') this.syncFault = reason;
     else this.listenFault = reason;
     const state = this.state();
+    // Opening: the first load is in and the listener is still connecting. Nothing is out of
+    // reach yet; the listener's connection, or its failure, decides what is logged next.
+    if (state.reason === NOT_LISTENING_YET) return;
     if (state.status === this.lastStatus) return;
     this.lastStatus = state.status;
     if (state.status === 'stale') {

@@ -14,6 +14,7 @@ import {
 } from '../../lib';
 import { assertMigrated, migrate, readMigrations, schemaVersion } from '../../lib/keys/pg-schema';
 import { createFixtures } from '../helpers/fixtures';
+import { type CapturedLogs, captureLogs } from '../helpers/logs';
 
 const fixtures = createFixtures();
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
@@ -49,7 +50,10 @@ function expectError(status: number, message: RegExp): unknown {
 describeWithPostgres('PostgreSQL key store', () => {
   let server: TestPostgres;
   const stores: PgKeyStore[] = [];
-  const open = async (url: string, extra: { lastUsedFlushMs?: number } = {}) => {
+  const open = async (
+    url: string,
+    extra: { lastUsedFlushMs?: number; logger?: CapturedLogs['logger'] } = {},
+  ) => {
     const store = await PgKeyStore.open({ connectionString: url, queryTimeoutMs: 2000, ...extra });
     stores.push(store);
     return store;
@@ -397,7 +401,15 @@ describeWithPostgres('PostgreSQL key store', () => {
   describe('the database stopped and started again', () => {
     it('serves the last keys, says stale, then resumes changes', async () => {
       const url = await migrated(server, 'outage');
-      const store = await open(url);
+      const logs = captureLogs();
+      const keyEvents = () =>
+        logs
+          .entries()
+          .map((entry) => entry.event)
+          .filter((event) => event === 'keys.stale' || event === 'keys.in_sync');
+      const store = await open(url, { logger: logs.logger });
+      // Opening on a reachable database is no outage: in step at once, never stale first.
+      expect(keyEvents()).toEqual(['keys.in_sync']);
       const writer = await open(url);
       await writer.createAccount('acct_outage');
       const key = await writer.createKey('acct_outage', { id: 'key_outage' });
@@ -416,10 +428,12 @@ describeWithPostgres('PostgreSQL key store', () => {
         expect(found).not.toBeInstanceOf(Promise);
         expect((found as { id?: string } | undefined)?.id).toBe('key_outage');
         await expect(writer.revoke('key_outage')).rejects.toThrow();
+        expect(keyEvents()).toEqual(['keys.in_sync', 'keys.stale']);
       } finally {
         server.start();
       }
       await within(10_000, () => store.state().status === 'ready');
+      expect(keyEvents()).toEqual(['keys.in_sync', 'keys.stale', 'keys.in_sync']);
       await writer.revoke('key_outage');
       const ms = await within(1000, () => store.findBySecretKey(key.secretKey)?.revoked === true);
       process.stdout.write(
