@@ -56,12 +56,16 @@ function made(key: MadeKey | undefined): MadeKey {
 }
 
 /**
- * A screenshot of the whole page in a window as tall as it, so that the status line, which stays
- * at the window's bottom, is drawn where it sits (after the content), not across it.
+ * A screenshot of the whole page in a window tall enough for all of the content, which scrolls in
+ * its own box between the header and the status line.
  */
 async function wholePage(page: Page, file: string): Promise<void> {
   const width = page.viewportSize()?.width ?? 1280;
-  const height = await page.evaluate(() => document.documentElement.scrollHeight);
+  const height = await page.evaluate(() => {
+    const content = document.querySelector('main');
+    const hidden = content === null ? 0 : content.scrollHeight - content.clientHeight;
+    return document.documentElement.scrollHeight + hidden;
+  });
   await page.setViewportSize({ width, height });
   await page.screenshot({ path: file });
 }
@@ -548,6 +552,60 @@ describeWithBrowser('the dashboard in chromium, two gateways on one PostgreSQL',
       );
       expect({ overflow, wide }).toEqual({ overflow: 0, wide: [] });
       await wholePage(phone, path.join(SCREENSHOTS, 'dashboard-390.png'));
+    } finally {
+      await phone.close();
+    }
+  });
+
+  it('at 390 px the status line, saying two lines, covers nothing of the page', async () => {
+    const phone = await watchedPage(context, { width: 390, height: 844 });
+    try {
+      await phone.goto(`${origin}/dashboard/`);
+      await phone.getByRole('button', { name: /^acct_shop / }).click();
+      await phone.locator('.chart-box:not([aria-busy])').waitFor();
+      // A message as long as a roll's, which wraps at this width.
+      await phone.evaluate(() => {
+        const live = document.getElementById('live');
+        if (live !== null) {
+          live.textContent =
+            'Rolled key key_0123456789abcdef: it stops working at 2026-11-27T01:00:00.000Z.';
+        }
+      });
+      const covered = await phone.evaluate(() => {
+        const status = document.getElementById('live')?.getBoundingClientRect();
+        const content = document.querySelector('main');
+        if (status === undefined || content === null) return { found: false };
+        // Every element as drawn: clipped to the content's box and to the window.
+        const clip = content.getBoundingClientRect();
+        const drawnOver = (element: Element): boolean => {
+          const box = element.getBoundingClientRect();
+          const top = Math.max(box.top, clip.top, 0);
+          const bottom = Math.min(box.bottom, clip.bottom, window.innerHeight);
+          const left = Math.max(box.left, clip.left, status.left);
+          const right = Math.min(box.right, clip.right, status.right);
+          return (
+            right - left > 0.5 && Math.min(bottom, status.bottom) - Math.max(top, status.top) > 0.5
+          );
+        };
+        return {
+          found: true,
+          statusHeight: Math.round(status.height),
+          longerThanWindow: content.scrollHeight > content.clientHeight,
+          // One scrolling box, the content's: the window itself does not scroll.
+          windowScrolls: document.documentElement.scrollHeight > window.innerHeight,
+          under: [...content.querySelectorAll('*')]
+            .filter(drawnOver)
+            .map((element) => `${element.tagName}.${element.className}`),
+        };
+      });
+      expect(covered).toMatchObject({
+        found: true,
+        longerThanWindow: true,
+        windowScrolls: false,
+        under: [],
+      });
+      // Two lines of text at least: the message wraps and the line grows, still over nothing.
+      expect((covered as { statusHeight: number }).statusHeight).toBeGreaterThan(40);
     } finally {
       await phone.close();
     }
