@@ -15,9 +15,12 @@ import { databaseFromEnv, scrub, targetOf } from './keys-cli/target';
 async function main(argv: string[]): Promise<void> {
   const { positionals, values } = parse(argv);
   const command = positionals[0];
-  if (values.help === true || command === undefined) {
+  if (values.help === true) {
     console.log(USAGE);
     return;
+  }
+  if (command === undefined) {
+    throw new ConfigurationError(`a command is required\n${USAGE}`);
   }
   if (!isCommand(command)) {
     throw new ConfigurationError(`unknown command ${JSON.stringify(command)}\n${USAGE}`);

@@ -69,6 +69,12 @@ export function runOnFile(command: CommandName, options: Options, file: string):
   if (command === 'import' || command === 'export' || command === 'migrate') {
     throw new ConfigurationError(`${command} works on a database only`);
   }
+  // Only create starts a new file: any other command on a path that is not there is a typo.
+  if (command !== 'create' && !existsSync(file)) {
+    throw new ConfigurationError(
+      `keys file ${file} does not exist (create makes it: tollgate-keys create --account <id> --file ${file})`,
+    );
+  }
   VERBS[command](readDocument(file), options, file);
 }
 

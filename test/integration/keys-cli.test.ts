@@ -273,6 +273,18 @@ describe('the keys command', () => {
     expect(readFileSync(file, 'utf8')).toBe(before);
   });
 
+  it('only create starts a keys file: list or revoke on a missing one exits 1 and names it', async () => {
+    for (const args of [['list'], ['revoke', '--key', 'key_nope']]) {
+      const result = await keys(...args, '--file', file);
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toBe(
+        `tollgate-keys: keys file ${file} does not exist (create makes it: tollgate-keys create --account <id> --file ${file})\n`,
+      );
+      expect(existsSync(file)).toBe(false);
+    }
+  });
+
   it('revoking an unknown key exits 1 and names it', async () => {
     await keys('create', '--account', 'acct_x', '--file', file);
     const result = await keys('revoke', '--key', 'key_nope', '--file', file);
@@ -460,6 +472,10 @@ describe('the keys command', () => {
       for (const verb of ['list', 'create', 'roll', 'revoke', 'set-role', 'set-whitelist']) {
         expect(help.stdout).toContain(`\n  ${verb}`);
       }
+      const bare = await keys();
+      expect(bare.code).toBe(1);
+      expect(bare.stdout).toBe('');
+      expect(bare.stderr).toMatch(/^tollgate-keys: a command is required\nusage: tollgate-keys/);
       const unknown = await keys('rotate', '--file', file);
       expect(unknown.code).toBe(1);
       expect(unknown.stderr).toMatch(
