@@ -20,6 +20,9 @@
  * @type {import('jest').Config}
  */
 
+const { existsSync } = require('node:fs');
+const path = require('node:path');
+
 /** The `servers` project's files and folders (ending in `/`), from the repository's root. */
 const SERVER_SUITES = [
   // PostgreSQL: each suite starts its own cluster.
@@ -31,7 +34,7 @@ const SERVER_SUITES = [
   'test/integration/keys-cli-permissions.test.ts',
   'test/integration/permissions-database.test.ts',
   'test/integration/pg-key-store.test.ts',
-  'test/integration/readme-operating-keys.test.ts',
+  'test/integration/doc-operating-keys.test.ts',
   // nginx and Caddy in front of the gateway; chromium on the dashboard.
   'test/proxies/real-proxies.test.ts',
   'test/browser/dashboard.test.ts',
@@ -57,6 +60,13 @@ const shared = {
   moduleFileExtensions: ['ts', 'js', 'json', 'node'],
   modulePathIgnorePatterns: ['<rootDir>/dist/'],
 };
+// A renamed or moved suite would otherwise drop silently into the quick set.
+for (const suite of SERVER_SUITES) {
+  if (!existsSync(path.join(__dirname, suite))) {
+    throw new Error(`jest.config.js lists ${suite} among the server suites, but it does not exist`);
+  }
+}
+
 const ignored = ['/node_modules/', '/dist/'];
 const escapeRegExp = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 const serverPatterns = SERVER_SUITES.map((suite) => `<rootDir>/${escapeRegExp(suite)}`);
