@@ -4,7 +4,8 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { DEFAULT_AUTH_FAILURE_LIMIT, generateKey, KeyRing, sha256, TokenService } from '../lib';
+import { generateKey, KeyRing, sha256, TokenService } from '../lib';
+import { DEFAULT_AUTH_FAILURE_LIMIT } from '../lib/entry/express';
 import {
   answersWith,
   BUDGET_SPENT,

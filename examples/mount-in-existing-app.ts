@@ -17,7 +17,6 @@ import type { AddressInfo } from 'node:net';
 import express, { type Express } from 'express';
 import {
   clientErrorHandler,
-  createLimiterRedis,
   expressServerOptions,
   FileKeyStore,
   generateKey,
@@ -33,6 +32,7 @@ import {
   TokenService,
   tollgate,
 } from '../lib';
+import { createLimiterRedis } from '../lib/entry/redis';
 
 /** `GET /orders`: requests per account per minute. */
 export const ORDERS_LIMIT = 100;

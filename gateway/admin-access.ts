@@ -3,14 +3,12 @@ import { parse as parseCookies, serialize as serializeCookie } from 'cookie';
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import {
   AuthenticationError,
-  type createAuthFailureLimiter,
   ForbiddenOriginError,
   InvalidRequestError,
-  jsonBody,
-  methodNotAllowed,
   sha256,
   UnsupportedMediaTypeError,
 } from '../lib';
+import { type createAuthFailureLimiter, jsonBody, methodNotAllowed } from '../lib/entry/express';
 import {
   csrfMatches,
   type DashboardSessions,

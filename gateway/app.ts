@@ -1,26 +1,26 @@
 import express, { type Express, type RequestHandler } from 'express';
 import {
-  createPathRedactor,
-  DEFAULT_PUBLIC_KEY_HEADER,
   type KeyDirectory,
   type KeyStore,
   type LimiterRedis,
   type Logger,
   notFound,
-  refuseQueryCredentials,
   type RequestFacts,
-  requestId,
   type RoutePolicy,
-  type RouteTableEntry,
   type ScopeDefinition,
   type ScopeUsage,
   type SecurityEvent,
-  series,
   type RateLimitState,
   type SharedStoreState,
   type TokenService,
   tollgate,
 } from '../lib';
+import {
+  createPathRedactor,
+  DEFAULT_PUBLIC_KEY_HEADER,
+  type RouteTableEntry,
+} from '../lib/entry/core';
+import { refuseQueryCredentials, requestId, series } from '../lib/entry/express';
 import { createAccessLog } from './access-log';
 import { methodsByPath, routeDispatch } from './dispatch';
 import { DEFAULT_LIMITS, type LimitsConfig, type ShadowConfig, type TrustProxy } from './config';

@@ -1,14 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
+import { ConfigurationError } from '../lib';
+import { DEFAULT_PUBLIC_KEY_HEADER, parseCidrEntry } from '../lib/entry/core';
 import {
-  ConfigurationError,
-  DEFAULT_PUBLIC_KEY_HEADER,
   DEFAULT_TOKEN_TTL_SECONDS,
   HEADER_NAME_PATTERN,
   MIN_TOKEN_SECRET_BYTES,
-  parseCidrEntry,
   parseHostPort,
-} from '../lib';
+} from '../lib/internal';
 import { GATEWAY_SCOPE_NAMES, type GatewayScope } from './keys-cli/limit-scopes';
 
 /**

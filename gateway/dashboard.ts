@@ -1,7 +1,8 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import express, { type Router } from 'express';
-import { methodNotAllowed, NotFoundError } from '../lib';
+import { NotFoundError } from '../lib';
+import { methodNotAllowed } from '../lib/entry/express';
 
 /**
  * The dashboard's page and assets, as `npm run build` made them

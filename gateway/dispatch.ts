@@ -1,12 +1,12 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { InvalidRequestError } from '../lib';
 import {
-  InvalidRequestError,
-  methodNotAllowed,
   type ParameterMatcher,
   type RouteLookup,
   RouteTable,
   type RouteTableEntry,
-} from '../lib';
+} from '../lib/entry/core';
+import { methodNotAllowed } from '../lib/entry/express';
 
 /**
  * The gateway's routes in one Express layer instead of a router walk.

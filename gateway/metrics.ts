@@ -1,11 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
-import type {
-  DecisionEvent,
-  LimiterRedis,
-  RateLimitState,
-  RedisCommandClient,
-  SharedStoreState,
-} from '../lib';
+import type { DecisionEvent, LimiterRedis, RateLimitState, SharedStoreState } from '../lib';
+import type { RedisCommandClient } from '../lib/entry/redis';
 import type { KeyStoreStatus, UpstreamState } from './readiness';
 
 /**

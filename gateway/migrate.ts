@@ -1,4 +1,5 @@
-import { ConfigurationError, PgKeyStore, SCHEMA_VERSION } from '../lib';
+import { ConfigurationError, PgKeyStore } from '../lib';
+import { SCHEMA_VERSION } from '../lib/entry/postgres';
 import { databaseUrlOf } from './config';
 
 /**

@@ -1,7 +1,8 @@
 import { validateHeaderName, validateHeaderValue } from 'node:http';
 import type { NextFunction, RequestHandler, Response } from 'express';
 import { type Dispatcher, Pool } from 'undici';
-import { identityHeaders, UpstreamError } from '../lib';
+import { UpstreamError } from '../lib';
+import { identityHeaders } from '../lib/entry/core';
 
 /**
  * A streaming reverse proxy on an undici keep-alive pool, chosen over a node:http proxy on a

@@ -1,6 +1,7 @@
 import type { RequestHandler } from 'express';
 import { Client } from 'undici';
-import { errorBody, faultName, type KeyStore, NotReadyError, type RateLimitState } from '../lib';
+import { errorBody, type KeyStore, NotReadyError, type RateLimitState } from '../lib';
+import { faultName } from '../lib/internal';
 
 /**
  * `GET /readyz`, on the main and the admin listener: whether this instance should

@@ -3,15 +3,14 @@ import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
   ConfigurationError,
-  createLimiterRedis,
   FileKeyStore,
   type KeyDirectory,
   type KeyStore,
-  type LimiterRedisConnection,
   type Logger,
   PgKeyStore,
   TokenService,
 } from '../lib';
+import { createLimiterRedis, type LimiterRedisConnection } from '../lib/entry/redis';
 import { createAdminApp } from './admin';
 import { createApp, type GatewayApp } from './app';
 import type { GatewayConfig, RedisTarget } from './config';

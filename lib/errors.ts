@@ -63,11 +63,6 @@ export function errorBody(
     : body;
 }
 
-/** @deprecated The former name of `TollgateError`, the same class. */
-export const GatewayError = TollgateError;
-/** @deprecated The former name of `TollgateError`. */
-export type GatewayError = TollgateError;
-
 export class InvalidRequestError extends TollgateError {
   override readonly name = 'InvalidRequestError';
   constructor(message: string) {

@@ -1,17 +1,14 @@
 import express, { type Express, type RequestHandler } from 'express';
+import { type KeyDirectory, type Logger, notFound, NotFoundError } from '../../lib';
 import {
   clientIp,
   createAuthFailureLimiter,
   errorHandler,
   jsonBody,
-  type KeyDirectory,
-  type Logger,
   methodNotAllowed,
-  notFound,
-  NotFoundError,
   refuseMalformedRequests,
   requestId,
-} from '../../lib';
+} from '../../lib/entry/express';
 import { adminAccess } from '../admin-access';
 import { dashboardRoutes } from '../dashboard';
 import { DashboardSessions } from '../dashboard-sessions';

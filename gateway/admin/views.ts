@@ -1,11 +1,10 @@
+import type { KeyRecord, ScopeUsage } from '../../lib';
 import type {
   AccountView as StoredAccount,
-  KeyRecord,
   KeyView as StoredKey,
   NewKey as NewStoredKey,
-  ScopeUsage,
   AccountWithKeys,
-} from '../../lib';
+} from '../../lib/entry/postgres';
 import type { MinuteCounts } from '../decision-history';
 import type {
   AccountAnswer,

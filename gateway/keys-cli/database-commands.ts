@@ -1,12 +1,6 @@
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import {
-  ConfigurationError,
-  ConflictError,
-  KeyRing,
-  type KeyView,
-  PgKeyStore,
-  TollgateError,
-} from '../../lib';
+import { ConfigurationError, ConflictError, KeyRing, PgKeyStore, TollgateError } from '../../lib';
+import type { KeyView } from '../../lib/entry/postgres';
 import { describeDatabaseFault } from './database-errors';
 import {
   type CommandName,

@@ -1,11 +1,6 @@
 import { parseArgs } from 'node:util';
-import {
-  ConfigurationError,
-  type KeyEnvironment,
-  MAX_GRACE_SECONDS,
-  PERMISSIONS,
-  ROLES,
-} from '../../lib';
+import { ConfigurationError, type KeyEnvironment, PERMISSIONS, ROLES } from '../../lib';
+import { MAX_GRACE_SECONDS } from '../../lib/entry/postgres';
 
 /** The key command's arguments, usage text and the checks every verb shares. */
 

@@ -68,9 +68,6 @@ export function toTollgateError(error: unknown): TollgateError {
   }
 }
 
-/** @deprecated The former name of `toTollgateError`. */
-export const toGatewayError = toTollgateError;
-
 /** Errors from Express itself (e.g. a malformed percent-encoding in a path) carry a 4xx `status`. */
 function fromHttpError(error: unknown): TollgateError {
   const status =

@@ -3,28 +3,29 @@ import type { Express, RequestHandler } from 'express';
 import express5 from 'express';
 import request from 'supertest';
 import {
+  expressServerOptions,
+  generateKey,
+  type KeyStore,
+  type LimiterRedis,
+  notFound,
+  TokenService,
+  tollgate,
+} from '../../lib';
+import {
   authenticate,
   authenticateKeyPair,
   clientIp,
   createAuthFailureLimiter,
-  createLimiterRedis,
   createRateLimiter,
   errorHandler,
-  expressServerOptions,
-  generateKey,
   issueToken,
   jsonBody,
-  type KeyStore,
-  type LimiterRedis,
-  type LimiterRedisConnection,
   methodNotAllowed,
-  notFound,
   requestId,
   requireRole,
   requireWhitelistedIp,
-  TokenService,
-  tollgate,
-} from '../../lib';
+} from '../../lib/entry/express';
+import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/entry/redis';
 import { createFixtures, type Fixtures, TOKEN_SECRET } from '../helpers/fixtures';
 import { recordBirths } from '../helpers/births';
 import { freePort } from '../helpers/redis';

@@ -9,15 +9,13 @@ import {
   type ExampleAppOptions,
   ORDERS_LIMIT,
 } from '../../examples/mount-in-existing-app';
+import { generateKey, KeyRing, TokenService } from '../../lib';
+import { DEFAULT_AUTH_FAILURE_LIMIT } from '../../lib/entry/express';
 import {
   createLimiterRedis,
-  DEFAULT_AUTH_FAILURE_LIMIT,
   DEFAULT_WINDOW_MS,
-  generateKey,
-  KeyRing,
   type LimiterRedisConnection,
-  TokenService,
-} from '../../lib';
+} from '../../lib/entry/redis';
 import { createFixtures, type Fixtures, type TestKey, TOKEN_SECRET } from '../helpers/fixtures';
 import { childEnv, distScript, httpRequest, ROOT } from '../helpers/process';
 import {

@@ -1,20 +1,16 @@
 import express, { type Express, type RequestHandler } from 'express';
 import request from 'supertest';
+import { ConfigurationError, generateKey, type Logger, TokenService, tollgate } from '../../lib';
 import {
   authenticate,
   clientIp,
-  ConfigurationError,
   createAuthFailureLimiter,
   createRateLimiter,
   errorHandler,
-  generateKey,
-  type Logger,
   requestId,
   requireRole,
   requireWhitelistedIp,
-  TokenService,
-  tollgate,
-} from '../../lib';
+} from '../../lib/entry/express';
 import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 
 /**

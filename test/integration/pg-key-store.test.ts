@@ -2,16 +2,10 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Pool } from 'pg';
-import {
-  ConflictError,
-  FULL_LOAD_ROWS,
-  IpWhitelist,
-  KeyRing,
-  PgKeyStore,
-  SCHEMA_VERSION,
-  sha256,
-  TollgateError,
-} from '../../lib';
+import { ConflictError, KeyRing, PgKeyStore, sha256, TollgateError } from '../../lib';
+import { IpWhitelist } from '../../lib/entry/core';
+import { SCHEMA_VERSION } from '../../lib/entry/postgres';
+import { FULL_LOAD_ROWS } from '../../lib/internal';
 import { assertMigrated, migrate, readMigrations, schemaVersion } from '../../lib/keys/pg-schema';
 import { createFixtures } from '../helpers/fixtures';
 import { type CapturedLogs, captureLogs } from '../helpers/logs';

@@ -69,7 +69,20 @@ const KEYS_DOCUMENT = JSON.stringify({
   ],
 });
 
-/** The same app in three module systems; each prints `PORT <n>` once listening. */
+/** The package's entries, as package.json `exports` lists them. */
+const PACKAGE_ENTRIES = [
+  'tollgate',
+  'tollgate/core',
+  'tollgate/express',
+  'tollgate/forward-auth',
+  'tollgate/postgres',
+  'tollgate/redis',
+] as const;
+
+/**
+ * The same app in three module systems; each prints `PORT <n>` once listening. `entries.cjs` and
+ * `entries.mjs` print the runtime names of every entry, loaded with `require` and with `import`.
+ */
 const SOURCES = {
   'app.cjs': `
 const express = require('express');
@@ -123,6 +136,27 @@ app.use(gate.errorHandler());
 const server = app.listen(0, '127.0.0.1', () => {
   console.log('PORT ' + String((server.address() as AddressInfo).port));
 });
+
+// Each subpath's types resolve under node16 resolution.
+export type Subpaths = [
+  import('tollgate/core').Gate,
+  import('tollgate/express').RateLimiter,
+  import('tollgate/forward-auth').AuthzAnswer,
+  import('tollgate/postgres').KeyView,
+  import('tollgate/redis').LimiterRedisConnection,
+];
+`,
+  'entries.cjs': `
+const ENTRIES = ${JSON.stringify(PACKAGE_ENTRIES)};
+const entries = {};
+for (const entry of ENTRIES) entries[entry] = Object.keys(require(entry)).sort();
+console.log(JSON.stringify(entries));
+`,
+  'entries.mjs': `
+const ENTRIES = ${JSON.stringify(PACKAGE_ENTRIES)};
+const entries = {};
+for (const entry of ENTRIES) entries[entry] = Object.keys(await import(entry)).filter((name) => name !== 'default').sort();
+console.log(JSON.stringify(entries));
 `,
   'tsconfig.json': JSON.stringify({
     compilerOptions: {
@@ -263,7 +297,7 @@ describe('the packed kit, installed into fresh apps', () => {
     if (work !== '') rmSync(work, { recursive: true, force: true });
   });
 
-  it('ships the built library, its types, the ESM entry, the key command and the SQL migrations, and nothing else', async () => {
+  it('ships the built library, its types, the ESM entries, the key command and the SQL migrations, and nothing else', async () => {
     const { stdout } = await run('tar', ['tzf', tarball]);
     const files = stdout.trim().split('\n');
     expect(files).toEqual(
@@ -271,6 +305,11 @@ describe('the packed kit, installed into fresh apps', () => {
         'package/dist/lib/index.js',
         'package/dist/lib/index.d.ts',
         'package/dist/esm/index.mjs',
+        'package/dist/esm/core.mjs',
+        'package/dist/esm/express.mjs',
+        'package/dist/esm/forward-auth.mjs',
+        'package/dist/esm/postgres.mjs',
+        'package/dist/esm/redis.mjs',
         'package/dist/gateway/keys-cli.js',
         'package/dist/gateway/keys-cli/database-commands.js',
         // PgKeyStore.migrate() applies them; PgKeyStore.open() checks the database against them.
@@ -281,12 +320,41 @@ describe('the packed kit, installed into fresh apps', () => {
     );
     const unexpected = files.filter(
       (file) =>
-        !/^package\/(dist\/lib\/.+\.(js|d\.ts)|dist\/esm\/index\.mjs|dist\/gateway\/keys-cli(\.js|\/[a-z-]+\.js)|migrations\/\d{3}_[a-z0-9_]+\.sql|package\.json|README\.md|SECURITY\.md|CHANGELOG\.md)$/.test(
+        !/^package\/(dist\/lib\/.+\.(js|d\.ts)|dist\/esm\/[a-z-]+\.mjs|dist\/gateway\/keys-cli(\.js|\/[a-z-]+\.js)|migrations\/\d{3}_[a-z0-9_]+\.sql|package\.json|README\.md|SECURITY\.md|CHANGELOG\.md)$/.test(
           file,
         ),
     );
     expect(unexpected).toEqual([]);
   });
+
+  it.each(MAJORS.map((major) => major.label))(
+    '%s: every entry loads with require and with import, the same names, the root at most 40',
+    async (label) => {
+      const dir = appDirs.get(label) ?? '';
+      const loaded = await Promise.all(
+        ['entries.cjs', 'entries.mjs'].map(async (script) => {
+          const { stdout } = await run(process.execPath, [script], { cwd: dir });
+          return JSON.parse(stdout) as Record<string, string[]>;
+        }),
+      );
+      const [required, imported] = loaded;
+      expect(Object.keys(required ?? {})).toEqual(PACKAGE_ENTRIES);
+      expect(imported).toEqual(required);
+      for (const entry of PACKAGE_ENTRIES) expect(required?.[entry]?.length).toBeGreaterThan(0);
+      const root = required?.tollgate ?? [];
+      expect(root.length).toBeLessThanOrEqual(40);
+      expect(root).toEqual(
+        expect.arrayContaining(['tollgate', 'FileKeyStore', 'PgKeyStore', 'TokenService']),
+      );
+      // Neither pg nor ioredis is installed here: no entry loads one before it is used. What moved
+      // behind a subpath, or became internal, is not in the root.
+      for (const name of ['createGate', 'createLimiterRedis', 'authenticate', 'ADMIT_SCRIPT']) {
+        expect(root).not.toContain(name);
+      }
+      expect(required?.['tollgate/redis']).toContain('createLimiterRedis');
+      expect(required?.['tollgate/core']).toContain('createGate');
+    },
+  );
 
   it('the installed tollgate-keys runs: its usage, a keys file, and without pg one line for a database', async () => {
     const dir = appDirs.get('Express 5') ?? '';

@@ -1,10 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import jwt from 'jsonwebtoken';
-import {
-  createLimiterRedis,
-  DEFAULT_PUBLIC_KEY_HEADER,
-  type LimiterRedisConnection,
-} from '../../lib';
+import { DEFAULT_PUBLIC_KEY_HEADER } from '../../lib/entry/core';
+import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/entry/redis';
 import { expectErrorBody } from '../helpers/error-body';
 import { createFixtures, type TestKey, TOKEN_SECRET, withExtraKey } from '../helpers/fixtures';
 import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';

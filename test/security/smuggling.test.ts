@@ -1,8 +1,5 @@
-import {
-  createLimiterRedis,
-  DEFAULT_PUBLIC_KEY_HEADER,
-  type LimiterRedisConnection,
-} from '../../lib';
+import { DEFAULT_PUBLIC_KEY_HEADER } from '../../lib/entry/core';
+import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/entry/redis';
 import { expectErrorBody } from '../helpers/error-body';
 import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
 import {

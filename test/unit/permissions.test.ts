@@ -7,10 +7,10 @@ import {
   generateKey,
   KeyRing,
   PERMISSIONS,
-  permissionNames,
   sha256,
   tollgate,
 } from '../../lib';
+import { permissionNames } from '../../lib/entry/core';
 
 /**
  * Restricted keys: the vocabulary, a key's `permissions` in a keys document, and the

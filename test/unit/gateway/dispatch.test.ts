@@ -1,6 +1,8 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { decodedParameter, routeDispatch } from '../../../gateway/dispatch';
-import { InvalidRequestError, MethodNotAllowedError, RouteTable, series } from '../../../lib';
+import { InvalidRequestError, MethodNotAllowedError } from '../../../lib';
+import { RouteTable } from '../../../lib/entry/core';
+import { series } from '../../../lib/entry/express';
 
 /** A request as the dispatch reads it: its method and path (nothing else is read). */
 function request(method: string, path: string): Request {

@@ -1,0 +1,42 @@
+/**
+ * `tollgate/core`: the framework-free decision core, for a door of another framework. A door
+ * builds `RequestFacts` from its request, asks `createGate()`'s gate to decide against a compiled
+ * route policy, and answers with the decision: the `RateLimit` headers, `req.auth`'s identity, or
+ * the error to render with `errorBody()` (root entry). The pieces below are what such a door needs
+ * besides: route matching, client addresses, identity headers for an upstream, log redaction.
+ */
+export {
+  createGate,
+  type Gate,
+  type GateOptions,
+  type RoutePolicy,
+  type Decision,
+  type DecisionEvent,
+  type Scopes,
+  type ShadowFinding,
+  type ShadowOptions,
+} from '../core/gate';
+export type { RequestFacts } from '../core/facts';
+export type { ScopeDefinition, ScopeKey, ScopeUsage, HeaderPair } from '../core/limits';
+export { DEFAULT_PUBLIC_KEY_HEADER, type SecurityEvent } from '../core/credentials';
+export { IDENTITY_HEADERS, identityHeaders, type IdentityHeader } from '../core/identity';
+export {
+  RouteTable,
+  DEFAULT_PARAMETER_PATTERN,
+  type ParameterMatcher,
+  type RouteLookup,
+  type RouteTableEntry,
+} from '../core/route-table';
+export { canonicalClientIp, parseCidrEntry, type CidrRange } from '../core/ip-address';
+export { IpWhitelist } from '../core/ip-whitelist';
+export { OWNER_ROLE, isRole, parseRole, roleRank, roleSatisfies } from '../core/roles';
+export { MAX_PERMISSIONS, PERMISSION_PATTERN, permissionNames } from '../core/permissions';
+export { MAX_ACCOUNT_LIMIT } from '../keys/key-rules';
+export { isPlausibleKey, keyShape, keyPrefixType, type KeyShape } from '../keys/key-format';
+export {
+  createPathRedactor,
+  containsSecretOrToken,
+  containsTokenLike,
+  REDACTED,
+  type PathRedactorOptions,
+} from '../core/credential-scan';

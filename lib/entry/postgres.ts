@@ -1,0 +1,21 @@
+/**
+ * `tollgate/postgres`: what goes with the PostgreSQL key store (`PgKeyStore`, in the root entry):
+ * the schema version its migrations bring, the channel it listens on, and the views its
+ * key-administration methods answer with. Needs the optional peer `pg`.
+ */
+export { NOTIFY_CHANNEL } from '../keys/pg-key-store';
+export {
+  MAX_GRACE_SECONDS,
+  SCHEMA_VERSION,
+  type Migration,
+  type MigrationResult,
+  type AccountView,
+  type AccountWithKeys,
+  type CreateKeyOptions,
+  type KeyChanges,
+  type KeysDocument,
+  type KeyView,
+  type NewKey,
+  type RollOptions,
+  type RollResult,
+} from '../keys/pg-key-views';
