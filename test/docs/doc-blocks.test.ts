@@ -139,7 +139,10 @@ function typeCheck(blocks: readonly DocBlock[]): string[] {
     skipLibCheck: true,
     noEmit: true,
     types: ['node'],
-    paths: { tollgate: [path.join(ROOT, 'lib', 'index.ts')] },
+    paths: {
+      tollgate: [path.join(ROOT, 'lib', 'index.ts')],
+      'tollgate/*': [path.join(ROOT, 'lib', 'entry', '*.ts')],
+    },
   };
   const base = ts.createCompilerHost(options);
   const host: ts.CompilerHost = {
