@@ -15,7 +15,8 @@
 const { isIP } = require('node:net');
 const ipaddr = require('ipaddr.js');
 const ipRangeCheck = require('ip-range-check');
-const { canonicalClientIp, IpWhitelist, TokenService } = require('../dist/lib/index.js');
+const { TokenService } = require('../dist/lib/index.js');
+const { canonicalClientIp, IpWhitelist } = require('../dist/lib/entry/core.js');
 
 const ROUNDS = Number(process.argv[2] ?? 7);
 

@@ -5,7 +5,7 @@ import { Pool } from 'pg';
 import { ConflictError, KeyRing, PgKeyStore, sha256, TollgateError } from '../../lib';
 import { IpWhitelist } from '../../lib/entry/core';
 import { SCHEMA_VERSION } from '../../lib/entry/postgres';
-import { FULL_LOAD_ROWS } from '../../lib/internal';
+import { FULL_LOAD_ROWS } from '../../lib/keys/pg-key-store';
 import { assertMigrated, migrate, readMigrations, schemaVersion } from '../../lib/keys/pg-schema';
 import { createFixtures } from '../helpers/fixtures';
 import { type CapturedLogs, captureLogs } from '../helpers/logs';
