@@ -220,8 +220,8 @@ async function main(): Promise<void> {
   // `requireHostHeader: false` lets `refuseMalformedRequests()` answer a request without `Host`
   // with the JSON body; `clientErrorHandler()` does the same for what Node's parser refuses.
   // `expressServerOptions(app)` has Node build each request and response with the app's Express
-  // prototypes, so Express's swap of them on every request is a no-op (README, "Mounting the
-  // middlewares in an existing app").
+  // prototypes, so Express's swap of them on every request is a no-op (docs/kit.md, "Mounting
+  // the middlewares in an existing app").
   const server = http.createServer({ requireHostHeader: false, ...expressServerOptions(app) }, app);
   server.on('clientError', clientErrorHandler());
   server.listen(port, host, () => {

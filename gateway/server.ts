@@ -4,7 +4,7 @@ import { createLogger } from './logger';
 import { startGateway } from './start';
 
 /**
- * `npm start`: reads the environment (README, "Configuration"), starts the gateway, reloads the
+ * `npm start`: reads the environment (docs/configuration.md), starts the gateway, reloads the
  * keys file on SIGHUP and drains in-flight requests on SIGTERM/SIGINT. Invalid configuration ends
  * the process with one line naming the culprit and exit code 1.
  */

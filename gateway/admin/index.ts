@@ -142,7 +142,7 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
   app.use(errorHandler({ logger }));
   return Object.assign(app, {
     shutdown: () => {
-      failures.store.shutdown();
+      failures.shutdown();
     },
   });
 }

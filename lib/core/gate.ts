@@ -137,7 +137,10 @@ export interface RoutePolicy<Name extends string = string> {
   readonly id?: string | undefined;
 }
 
-/** A policy checked against the gate's scopes and compiled once. */
+/**
+ * A route policy checked and compiled by `gate.policy()`, once at start, for `decide()`. Only its
+ * id and whether the credential may be in the body are public; the rest is the gate's own.
+ */
 export interface CompiledPolicy {
   readonly id: string;
   readonly readsBody: boolean;

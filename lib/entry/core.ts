@@ -10,6 +10,7 @@ export {
   type Gate,
   type GateOptions,
   type RoutePolicy,
+  type CompiledPolicy,
   type Decision,
   type DecisionEvent,
   type Scopes,

@@ -76,7 +76,7 @@ export class KeyRing implements KeyStore, KeyDirectory {
 }
 
 /**
- * The keys file (see the README): loaded at start, swapped whole on `reload()`. A file that fails
+ * The keys file (docs/keys.md): loaded at start, swapped whole on `reload()`. A file that fails
  * to load leaves the keys in force unchanged, so a bad edit never locks everyone out.
  *
  * The file is read, validated and packed (packed-key-ring.ts) in a worker thread; the request

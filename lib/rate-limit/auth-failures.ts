@@ -61,8 +61,8 @@ export interface AuthFailureLimiter {
   record(req: BudgetClient, error: unknown): boolean;
   /** Error handler calling `record()`, for the individual middlewares. */
   readonly recordFailure: BudgetErrorHandler;
-  /** The limit engine told of each failure, when Redis is given; `shutdown()` stops its timers. */
-  readonly store: AdmissionStore;
+  /** Stops the timers of the limit engine the failures are told to; counts kept in Redis stay. */
+  shutdown(): void;
 }
 
 /** Whose budget: the canonical client address (`clientIp()`), else Express's `req.ip`. */
@@ -268,7 +268,11 @@ export function authFailureLimiterOn(
     next(error);
   };
 
-  return { guard, refusalFor, attempt, queueAttempt, record, recordFailure, store };
+  const shutdown = (): void => {
+    store.shutdown();
+  };
+
+  return { guard, refusalFor, attempt, queueAttempt, record, recordFailure, shutdown };
 }
 
 function keyOf(req: BudgetClient): string {

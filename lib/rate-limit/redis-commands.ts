@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 
 /**
  * The command function the limit engine sends its scripts through. It survives what a bare
- * script call does not (see docs/rate-limits.md):
+ * script call does not (see docs/limits.md):
  *
  * - `SCRIPT LOAD` is answered locally with the script's SHA-1 (what Redis itself would answer),
  *   so a store created while Redis is down never caches a failed load;

@@ -147,7 +147,7 @@ const withSingleMiddlewares: Builder = (express, fixtures, tokens, redis) => {
   return {
     app,
     close: () => {
-      authFailures.store.shutdown();
+      authFailures.shutdown();
       for (const limiter of limiters) limiter.store.shutdown();
     },
   };

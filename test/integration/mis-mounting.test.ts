@@ -120,7 +120,7 @@ describe('mis-mountings of the single middlewares fail closed', () => {
     const right = await request(app).get('/orders').set(bearer(fixtures.keys.level2.secretKey));
     expect(right.status).toBe(429);
     expect(right.body).toMatchObject({ code: 'rate_limited' });
-    authFailures.store.shutdown();
+    authFailures.shutdown();
   });
 
   it('a whitelist refusal counts against the budget where requireWhitelistedIp() is given it', async () => {
@@ -139,7 +139,7 @@ describe('mis-mountings of the single middlewares fail closed', () => {
     }
     const right = await request(app).get('/orders').set(bearer(fixtures.keys.level2.secretKey));
     expect(right.status).toBe(429);
-    authFailures.store.shutdown();
+    authFailures.shutdown();
   });
 
   it('requireRole() before authenticate(): 500, never a misleading 403 for a valid key', async () => {

@@ -645,7 +645,7 @@ describeWithOwnedRedis('the rate limiter through Redis failures', () => {
       server.close();
       limiter.store.shutdown();
       scope.store.shutdown();
-      budget.store.shutdown();
+      budget.shutdown();
       await connection.close();
     }
   });
