@@ -7,6 +7,27 @@ import {
   IpNotWhitelistedError,
 } from '../errors';
 import { permissionNames } from './permissions';
+import { IpWhitelist } from './ip-whitelist';
+import {
+  type Check,
+  check,
+  checkOptions,
+  either,
+  isBoolean,
+  isFunction,
+  isNonEmptyString,
+  isObject,
+  isString,
+  isStringList,
+  KEY_STORE,
+  LIMITER_REDIS,
+  listOf,
+  objectWith,
+  oneOf,
+  type OptionChecks,
+  required,
+  wholeNumber,
+} from '../options';
 import type { KeyStore } from '../keys/key-store';
 import {
   type AuthFailureLimiter,
@@ -15,7 +36,7 @@ import {
 } from '../rate-limit/auth-failures';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis } from '../rate-limit/window';
 import type { RateLimitState } from '../rate-limit/redis-health';
-import { parseRole, type Role, roleRank } from './roles';
+import { parseRole, type Role, ROLES, roleRank } from './roles';
 import { keyPairResolver } from './key-pair';
 import type { TokenService } from '../tokens/tokens';
 import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../types';
@@ -131,8 +152,13 @@ export interface RoutePolicy<Name extends string = string> {
    * admitted all or nothing. `limit` must then count per account. Defaults to none.
    */
   readonly publishableLimit?: Name | undefined;
-  /** Apply the account's IP whitelist to secret keys and tokens. Defaults to `true`. */
-  readonly ipWhitelist?: boolean | undefined;
+  /**
+   * `true` (the default) applies the account's IP whitelist to secret keys and tokens; `false`
+   * skips it. A list of addresses and CIDR ranges (`['10.0.0.0/8']`) applies the account's
+   * whitelist and also this route's own: a request, whatever its credential, from a client outside
+   * the list is refused with `403 ip_not_whitelisted`.
+   */
+  readonly ipWhitelist?: boolean | readonly string[] | undefined;
   /** A name for logs and metrics. Defaults to the scope's name. */
   readonly id?: string | undefined;
 }
@@ -154,6 +180,8 @@ export interface CompiledPolicy {
   readonly permission: string | undefined;
   /** @internal */
   readonly whitelist: boolean;
+  /** @internal The route's own whitelist, for every credential. */
+  readonly routeWhitelist?: IpWhitelist | undefined;
   /** @internal The limits of a request made with a secret key or a token. */
   readonly limits: readonly LimitUse[];
   /** @internal The limits of a request made with a publishable key (its cap first). */
@@ -210,27 +238,75 @@ export interface Gate<Name extends string = string> {
  */
 const WHITELISTED_CREDENTIALS: ReadonlySet<CredentialKind> = new Set(['secret', 'token']);
 
-export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyof S & string> {
-  const keyStoreGiven: unknown = options.keyStore;
-  if (typeof keyStoreGiven !== 'object' || keyStoreGiven === null) {
-    throw new ConfigurationError('tollgate: keyStore is required');
-  }
+/** The rule of each option of the gate, checked when it is created. */
+export const GATE_OPTION_CHECKS: OptionChecks<GateOptions> = {
+  keyStore: required(KEY_STORE),
+  tokens: objectWith('a TokenService', ['issue', 'verify']),
+  scopes: required(
+    check('an object of scopes, { orders: { limit: 100 } }', (value) => isObject.test(value)),
+  ),
+  windowMs: wholeNumber(1000),
+  authFailureLimit: wholeNumber(1),
+  redis: LIMITER_REDIS,
+  redisPrefix: isString,
+  expectedInstances: wholeNumber(1),
+  publicKeyHeader: isNonEmptyString,
+  refuseSecretKeysFromBrowsers: isBoolean,
+  onSecurityEvent: isFunction,
+  onDecision: isFunction,
+  shadow: isObject,
+  permissions: isStringList,
+};
+
+const SHADOW_OPTION_CHECKS: OptionChecks<ShadowOptions> = {
+  scopes: isStringList,
+  ipWhitelistAccounts: isStringList,
+};
+
+/**
+ * The rule of each field of a route's policy. `accept`'s and `limit`'s are completed by the gate,
+ * which knows its scopes; a list given as `ipWhitelist` is the route's own whitelist.
+ */
+export const ROUTE_POLICY_CHECKS: OptionChecks<RoutePolicy> = {
+  accept: required(either(listOf(CREDENTIAL_KINDS), oneOf(['key-pair']))),
+  role: oneOf(ROLES),
+  permission: isString,
+  limit: required(isString),
+  publishableLimit: isString,
+  ipWhitelist: check(
+    "true or false (apply the account's own whitelist, true by default), or a list of CIDR ranges the route also requires",
+    (value) => isBoolean.test(value) || isStringList.test(value),
+  ),
+  id: isString,
+};
+
+/** What a scope option accepts: one of the names declared. */
+export function scopeNameCheck(declared: Iterable<string>): Check {
+  return check(
+    `the name of a declared scope (${[...declared].join(', ') || 'none declared'})`,
+    isString.test,
+  );
+}
+
+/** The checks of a route's policy, with the scope names of a gate in the messages. */
+export function routePolicyChecks(declared: Iterable<string>): OptionChecks<RoutePolicy> {
+  const scopeName = scopeNameCheck(declared);
+  return { ...ROUTE_POLICY_CHECKS, limit: required(scopeName), publishableLimit: scopeName };
+}
+
+export function createGate<S extends Scopes>(
+  options: GateOptions<S>,
+  where = 'createGate()',
+): Gate<keyof S & string> {
+  checkOptions(where, options, GATE_OPTION_CHECKS);
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
-  if (!Number.isInteger(windowMs) || windowMs < 1000) {
-    throw new ConfigurationError('tollgate: windowMs must be a whole number of at least 1000');
-  }
   const expectedInstances = options.expectedInstances;
-  if (
-    expectedInstances !== undefined &&
-    (!Number.isInteger(expectedInstances) || expectedInstances < 1)
-  ) {
-    throw new ConfigurationError(
-      'tollgate: expectedInstances must be a whole number of at least 1',
-    );
+  if (options.shadow !== undefined) {
+    checkOptions(`${where}: shadow`, options.shadow, SHADOW_OPTION_CHECKS);
   }
   if (Object.hasOwn(options.scopes, 'auth-failures')) {
     throw new ConfigurationError(
-      'tollgate: scope name "auth-failures" is the failure budget\'s own',
+      `${where}: scope name "auth-failures" is the failure budget's own`,
     );
   }
   assertLimitScopes(options.keyStore, options.scopes);
@@ -285,8 +361,13 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
     return scope;
   };
 
+  const policyChecks = routePolicyChecks(scopes.keys());
+
   const policy = (spec: RoutePolicy<keyof S & string>): CompiledPolicy => {
-    const where = `protect(${JSON.stringify(spec.limit)})`;
+    const given: unknown = spec;
+    const named = typeof given === 'object' && given !== null && typeof spec.limit === 'string';
+    const where = named ? `protect(${JSON.stringify(spec.limit)})` : 'protect()';
+    checkOptions(where, given, policyChecks);
     const scope = scopeNamed(spec.limit, `${where} limit`);
     const publishableScope =
       spec.publishableLimit === undefined
@@ -317,7 +398,7 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       });
       readsBody = true;
     } else {
-      if (!Array.isArray(spec.accept) || spec.accept.length === 0) {
+      if (spec.accept.length === 0) {
         throw new ConfigurationError(
           `${where} accept: name at least one of ${CREDENTIAL_KINDS.join(', ')}`,
         );
@@ -339,7 +420,11 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
       role,
       minimumRank: role === undefined ? undefined : roleRank(role),
       permission: spec.permission,
-      whitelist: spec.ipWhitelist ?? true,
+      whitelist: spec.ipWhitelist !== false,
+      routeWhitelist:
+        typeof spec.ipWhitelist === 'object'
+          ? IpWhitelist.parse(spec.ipWhitelist, `${where} ipWhitelist`)
+          : undefined,
       limits,
       publishableLimits,
     };
@@ -388,6 +473,12 @@ export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyo
         authFailures.record(facts, refusal);
         throw refusal;
       }
+    }
+    if (compiled.routeWhitelist !== undefined && !compiled.routeWhitelist.allows(facts.clientIp)) {
+      // The route's own list is the operator's rule, not an account's: never in shadow mode.
+      const refusal = new IpNotWhitelistedError();
+      authFailures.record(facts, refusal);
+      throw refusal;
     }
     if (
       compiled.minimumRank !== undefined &&

@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto';
 import { ipKeyGenerator } from 'express-rate-limit';
 import { ConfigurationError, RateLimitedError } from '../errors';
+import { checkOptions, oneOf, type OptionChecks, required, wholeNumber } from '../options';
 import type { LimiterRedis } from '../rate-limit/window';
 import {
   AdmissionStore,
@@ -66,6 +67,11 @@ export interface Admission {
   readonly error?: RateLimitedError;
 }
 
+const SCOPE_DEFINITION_CHECKS: OptionChecks<ScopeDefinition> = {
+  limit: required(wholeNumber(1)),
+  per: oneOf(['account', 'ip']),
+};
+
 export const SCOPE_NAME_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 
 export interface ScopeCounterOptions {
@@ -100,13 +106,8 @@ export class ScopeCounter {
         `scope ${JSON.stringify(name)}: name must match ${SCOPE_NAME_PATTERN}`,
       );
     }
-    if (!Number.isInteger(definition.limit) || definition.limit < 1) {
-      throw new ConfigurationError(`scope ${name}: limit must be a whole number of at least 1`);
-    }
-    const per: unknown = definition.per ?? 'account';
-    if (per !== 'account' && per !== 'ip') {
-      throw new ConfigurationError(`scope ${name}: per must be 'account' or 'ip'`);
-    }
+    checkOptions(`scope ${name}`, definition, SCOPE_DEFINITION_CHECKS);
+    const per = definition.per ?? 'account';
     this.name = name;
     this.limit = definition.limit;
     this.per = per;

@@ -10,11 +10,14 @@ import {
   InternalError,
   InvalidRequestError,
   MethodNotAllowedError,
+  MisconfigurationError,
   NotFoundError,
   PayloadTooLargeError,
   UnsupportedMediaTypeError,
 } from '../errors';
 import type { Logger } from '../types';
+import { checkOptions, LOGGER, type OptionChecks } from '../options';
+import { ToldOnce, warnMisconfiguration } from './warnings';
 
 /**
  * The one place errors become responses:
@@ -24,16 +27,28 @@ import type { Logger } from '../types';
  */
 
 export interface ErrorHandlerOptions {
-  /** Receives one line per 5xx (error class and code only). Defaults to none. */
+  /**
+   * Receives one line per 5xx (error class and code only). Defaults to none: each distinct
+   * misconfiguration or unexpected error is then written once to stderr, as a process warning.
+   */
   logger?: Logger;
 }
 
+const ERROR_HANDLER_OPTION_CHECKS: OptionChecks<ErrorHandlerOptions> = { logger: LOGGER };
+
 export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHandler {
+  checkOptions('errorHandler()', options, ERROR_HANDLER_OPTION_CHECKS);
   const { logger } = options;
+  const told = new ToldOnce();
   return function errorHandlerMiddleware(error: unknown, req, res, _next) {
     const tollgateError = toTollgateError(error);
     if (tollgateError.status >= 500 && !(error instanceof TollgateError)) {
-      logger?.error({ request_id: req.requestId, error: describeError(error) }, 'unexpected error');
+      if (logger === undefined) warnUnlogged(error, told);
+      else
+        logger.error(
+          { request_id: req.requestId, error: describeError(error) },
+          'unexpected error',
+        );
     }
     if (res.headersSent) {
       // Part of an answer has gone out (a proxied response broke off): all we can do is cut it.
@@ -79,6 +94,34 @@ function fromHttpError(error: unknown): TollgateError {
   if (status === 415) return new UnsupportedMediaTypeError();
   if (status === 431) return new HeadersTooLargeError();
   return new InvalidRequestError('The request could not be understood');
+}
+
+/**
+ * Without a logger, a 500 would leave no trace: say each distinct cause once on stderr, by its
+ * class and code only (a library's message may hold an address or a credential).
+ */
+function warnUnlogged(error: unknown, told: ToldOnce): void {
+  if (error instanceof MisconfigurationError) {
+    if (told.first(error.code)) {
+      warnMisconfiguration(
+        undefined,
+        error.code,
+        {},
+        `${error.message}; the request was answered 500 internal_error`,
+      );
+    }
+    return;
+  }
+  const { name, code } = describeError(error);
+  const cause = code === undefined ? name : `${name} (${code})`;
+  if (told.first(`unexpected ${cause}`)) {
+    warnMisconfiguration(
+      undefined,
+      'unexpected_error',
+      {},
+      `a request failed with an unexpected ${cause}, answered 500 internal_error; give the kit a logger to see each one`,
+    );
+  }
 }
 
 function describeError(error: unknown): { name: string; code?: string } {

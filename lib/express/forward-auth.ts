@@ -2,6 +2,7 @@ import type { Request, RequestHandler, Response } from 'express';
 import type { CompiledPolicy, Gate, RoutePolicy } from '../core/gate';
 import { RouteTable } from '../core/route-table';
 import {
+  ConfigurationError,
   InternalError,
   InvalidRequestError,
   MethodNotAllowedError,
@@ -19,6 +20,16 @@ import type { HeaderPair } from '../core/limits';
 import type { RequestFacts } from '../core/facts';
 import type { Logger } from '../types';
 import { assignClientIp } from './request-context';
+import { warnMisconfiguration } from './warnings';
+import {
+  check,
+  checkOptions,
+  isNonEmptyString,
+  isObject,
+  isRegExp,
+  type OptionChecks,
+  required,
+} from '../options';
 
 /**
  * The forward-auth door: reverse proxies that forward requests themselves (nginx
@@ -48,6 +59,23 @@ export interface ForwardAuthOptions<Name extends string = string> {
   readonly parameterPattern?: RegExp | undefined;
 }
 
+const FORWARD_AUTH_OPTION_CHECKS: OptionChecks<ForwardAuthOptions> = {
+  routes: required(
+    check(
+      'a list of routes { method, path, accept, limit, … }',
+      (value) => Array.isArray(value) && value.every((route) => isObject.test(route)),
+    ),
+  ),
+  parameterPattern: isRegExp,
+};
+
+const ROUTE_PLACE_CHECKS = {
+  method: required(isNonEmptyString),
+  path: required(
+    check('a path starting with /', (value) => typeof value === 'string' && value.startsWith('/')),
+  ),
+};
+
 export interface ForwardAuthContext {
   readonly gate: Gate;
   /** Header names that carry credentials: Envoy is asked to remove them upstream. */
@@ -68,10 +96,19 @@ export function forwardAuthDoor(
   options: ForwardAuthOptions,
   context: ForwardAuthContext,
 ): RequestHandler {
+  checkOptions('forwardAuth()', options, FORWARD_AUTH_OPTION_CHECKS);
   const { gate, logger } = context;
   const table = new RouteTable<Route>(
-    options.routes.map((route) => {
+    options.routes.map((route, index) => {
       const { method, path, ...policy } = route;
+      for (const [name, rule] of Object.entries(ROUTE_PLACE_CHECKS)) {
+        const value: unknown = name === 'method' ? method : path;
+        if (!rule.test(value)) {
+          throw new ConfigurationError(
+            `forwardAuth(): routes[${index}].${name} ${value === undefined ? 'is required' : 'must be'} (${rule.accepts})`,
+          );
+        }
+      }
       return {
         method,
         path,
@@ -92,8 +129,10 @@ export function forwardAuthDoor(
     if (setting === true || typeof setting === 'number') {
       if (!warnedClosed) {
         warnedClosed = true;
-        logger?.warn(
-          { event: 'tollgate.misconfiguration', setting: 'trust proxy' },
+        warnMisconfiguration(
+          logger,
+          'forward_auth_trust_proxy',
+          { setting: 'trust proxy' },
           'forward-auth answers 404: trust proxy is a hop count or true, which trusts any peer; name your proxies by address',
         );
       }

@@ -8,18 +8,33 @@ import {
   type GateOptions,
   type RoutePolicy,
   type Scopes,
+  GATE_OPTION_CHECKS,
+  routePolicyChecks,
+  scopeNameCheck,
 } from '../core/gate';
 import type { AccountLimits, ScopeUsage } from '../core/limits';
 import { DEFAULT_PUBLIC_KEY_HEADER } from '../core/credentials';
 import { errorHandler } from './error-handler';
 import { ConfigurationError } from '../errors';
+import {
+  check,
+  checkOptions,
+  isObject,
+  isString,
+  isStringList,
+  listOf,
+  LOGGER,
+  type OptionChecks,
+  required,
+} from '../options';
+import { warnMisconfiguration } from './warnings';
 import { jsonBody, type JsonBodyOptions } from './json-body';
 import { assignClientIp, clientIp, requestId } from './request-context';
 import { refuseMalformedRequests } from './request-shape';
 import { series } from './series';
 import { issueToken } from './token-exchange';
 import { forwardAuthDoor, type ForwardAuthOptions } from './forward-auth';
-import type { CredentialKind, Logger } from '../types';
+import { CREDENTIAL_KINDS, type CredentialKind, type Logger } from '../types';
 import type { RateLimitState } from '../rate-limit/redis-health';
 
 /**
@@ -96,41 +111,34 @@ export interface Tollgate<Name extends string = string> {
   readonly gate: Gate<Name>;
 }
 
-const OPTION_NAMES: ReadonlySet<string> = new Set([
-  'keyStore',
-  'tokens',
-  'scopes',
-  'windowMs',
-  'authFailureLimit',
-  'redis',
-  'redisPrefix',
-  'expectedInstances',
-  'publicKeyHeader',
-  'refuseSecretKeysFromBrowsers',
-  'onSecurityEvent',
-  'onDecision',
-  'shadow',
-  'permissions',
-  'logger',
-]);
+const TOLLGATE_OPTION_CHECKS: OptionChecks<TollgateOptions> = {
+  ...GATE_OPTION_CHECKS,
+  logger: LOGGER,
+};
 
-const PROTECT_OPTION_NAMES: ReadonlySet<string> = new Set([
-  'accept',
-  'role',
-  'permission',
-  'limit',
-  'publishableLimit',
-  'ipWhitelist',
-  'id',
-  'body',
-]);
+const BODY_CHECK = check(
+  'true, false or { limit }',
+  (value) => typeof value === 'boolean' || isObject.test(value),
+);
+
+const CORS_OPTION_CHECKS: OptionChecks<BrowserCorsOptions> = { methods: isStringList };
 
 export function tollgate<S extends Scopes>(
   options: TollgateOptions<S>,
 ): Tollgate<keyof S & string> {
-  refuseUnknownOptions(options, OPTION_NAMES, 'tollgate()');
-  const gate = createGate(options);
-  const { logger } = options;
+  checkOptions('tollgate()', options, TOLLGATE_OPTION_CHECKS);
+  const { logger, ...gateOptions } = options;
+  const gate = createGate(gateOptions, 'tollgate()');
+  const scopeNames = Object.keys(options.scopes);
+  const protectChecks: OptionChecks<ProtectOptions> = {
+    ...routePolicyChecks(scopeNames),
+    accept: required(listOf(CREDENTIAL_KINDS)),
+    body: BODY_CHECK,
+  };
+  const tokenExchangeChecks: OptionChecks<TokenExchangeOptions> = {
+    limit: required(scopeNameCheck(scopeNames)),
+    id: isString,
+  };
   const publicKeyHeader = options.publicKeyHeader ?? DEFAULT_PUBLIC_KEY_HEADER;
   let warnedTrustProxy = false;
 
@@ -188,7 +196,13 @@ export function tollgate<S extends Scopes>(
     };
 
   const protect = (spec: ProtectOptions<keyof S & string>): RequestHandler => {
-    refuseUnknownOptions(spec, PROTECT_OPTION_NAMES, `protect(${JSON.stringify(spec.limit)})`);
+    const given: unknown = spec;
+    const named = typeof given === 'object' && given !== null && typeof spec.limit === 'string';
+    checkOptions(
+      named ? `protect(${JSON.stringify(spec.limit)})` : 'protect()',
+      given,
+      protectChecks,
+    );
     const { body, ...policy } = spec;
     const compiled = gate.policy(policy);
     const wantsBody =
@@ -200,6 +214,7 @@ export function tollgate<S extends Scopes>(
   };
 
   const tokenExchange = (spec: TokenExchangeOptions<keyof S & string>): RequestHandler => {
+    checkOptions('tokenExchange()', spec, tokenExchangeChecks);
     if (options.tokens === undefined) {
       throw new ConfigurationError('tokenExchange(): tollgate() needs the tokens option');
     }
@@ -215,7 +230,6 @@ export function tollgate<S extends Scopes>(
   };
 
   const forwardAuth = (spec: ForwardAuthOptions<keyof S & string>): RequestHandler => {
-    refuseUnknownOptions(spec, FORWARD_AUTH_OPTION_NAMES, 'forwardAuth()');
     return forwardAuthDoor(spec, {
       gate,
       credentialHeaders: ['authorization', publicKeyHeader.toLowerCase()],
@@ -228,8 +242,10 @@ export function tollgate<S extends Scopes>(
     return function tollgateContext(req, res, next) {
       if (!warnedTrustProxy && req.app.get('trust proxy') === true) {
         warnedTrustProxy = true;
-        logger?.warn(
-          { event: 'tollgate.misconfiguration', setting: 'trust proxy' },
+        warnMisconfiguration(
+          logger,
+          'trust_proxy',
+          { setting: 'trust proxy' },
           "app.set('trust proxy', true) lets any client choose its IP: trust your proxies' addresses instead",
         );
       }
@@ -237,14 +253,16 @@ export function tollgate<S extends Scopes>(
     };
   };
 
-  const browserCors = (corsOptions: BrowserCorsOptions = {}): RequestHandler =>
-    cors({
+  const browserCors = (corsOptions: BrowserCorsOptions = {}): RequestHandler => {
+    checkOptions('cors()', corsOptions, CORS_OPTION_CHECKS);
+    return cors({
       origin: '*',
       methods: [...(corsOptions.methods ?? ['GET', 'POST'])],
       allowedHeaders: ['Content-Type', publicKeyHeader],
       exposedHeaders: ['RateLimit', 'RateLimit-Policy', 'Retry-After', 'X-Request-Id'],
       maxAge: 600,
     });
+  };
 
   return {
     protect,
@@ -260,19 +278,4 @@ export function tollgate<S extends Scopes>(
     },
     gate,
   };
-}
-
-const FORWARD_AUTH_OPTION_NAMES: ReadonlySet<string> = new Set(['routes', 'parameterPattern']);
-
-function refuseUnknownOptions(options: unknown, known: ReadonlySet<string>, where: string): void {
-  if (typeof options !== 'object' || options === null) {
-    throw new ConfigurationError(`${where}: options must be an object`);
-  }
-  for (const name of Object.keys(options)) {
-    if (!known.has(name)) {
-      throw new ConfigurationError(
-        `${where}: unknown option ${JSON.stringify(name)}; known: ${[...known].join(', ')}`,
-      );
-    }
-  }
 }
