@@ -103,6 +103,13 @@ export const LIMITER_REDIS = check(
     typeof (value as { health?: unknown }).health === 'object',
 );
 
+export const TOKEN_SERVICE = objectWith('a TokenService', ['issue', 'verify']);
+
+/** The failed-authentication budget, of which a middleware uses one method. */
+export function authFailuresWith(method: 'queueAttempt' | 'record'): Check {
+  return objectWith(`the limiter of createAuthFailureLimiter() (with ${method})`, [method]);
+}
+
 export const LOGGER = objectWith('a logger with info, warn and error (pino fits)', [
   'info',
   'warn',

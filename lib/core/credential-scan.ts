@@ -1,3 +1,4 @@
+import { checkOptions, KEY_STORE, type OptionChecks, wholeNumber } from '../options';
 import { isPlausibleKey, KEY_MAX_LENGTH, KEY_MIN_LENGTH } from '../keys/key-format';
 import type { KeyStore } from '../keys/key-store';
 
@@ -71,7 +72,13 @@ const MAX_SEGMENTS_PER_KEY = 4;
  * is a known key holding `/`. The result is capped, and nothing past the cap is looked at: the cost
  * is bounded whatever the path's length.
  */
+const PATH_REDACTOR_OPTION_CHECKS: OptionChecks<PathRedactorOptions> = {
+  keyStore: KEY_STORE,
+  maxLength: wholeNumber(1),
+};
+
 export function createPathRedactor(options: PathRedactorOptions = {}): (path: string) => string {
+  checkOptions('createPathRedactor()', options, PATH_REDACTOR_OPTION_CHECKS);
   const { keyStore } = options;
   const maxLength = options.maxLength ?? 200;
   const isKnown = (value: string): boolean => {

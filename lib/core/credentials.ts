@@ -1,4 +1,16 @@
 import type { RequestFacts } from './facts';
+import {
+  authFailuresWith,
+  checkOptions,
+  isBoolean,
+  isFunction,
+  isNonEmptyString,
+  KEY_STORE,
+  listOf,
+  type OptionChecks,
+  required,
+  TOKEN_SERVICE,
+} from '../options';
 import { containsSecretOrToken } from './credential-scan';
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from '../errors';
 import { isPlausibleKey, keyPrefixType, keyShape } from '../keys/key-format';
@@ -46,6 +58,22 @@ export interface AuthenticateOptions {
    */
   authFailures?: Pick<AuthFailureLimiter, 'queueAttempt'>;
 }
+
+/** The rule of each option of `credentialResolver()`. */
+const RESOLVER_OPTION_CHECKS: OptionChecks<Omit<AuthenticateOptions, 'authFailures'>> = {
+  keyStore: required(KEY_STORE),
+  accept: required(listOf(CREDENTIAL_KINDS)),
+  tokens: TOKEN_SERVICE,
+  publicKeyHeader: isNonEmptyString,
+  refuseSecretKeysFromBrowsers: isBoolean,
+  onSecurityEvent: isFunction,
+};
+
+/** The rule of each option of `authenticate()`. */
+export const AUTHENTICATE_OPTION_CHECKS: OptionChecks<AuthenticateOptions> = {
+  ...RESOLVER_OPTION_CHECKS,
+  authFailures: authFailuresWith('queueAttempt'),
+};
 
 const BEARER_PATTERN = /^bearer ([\x21-\x7e]+)$/i;
 const TOKEN_PATTERN = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
@@ -128,6 +156,7 @@ function bodyPublicKey(body: unknown): string | undefined {
 export function credentialResolver(
   options: Omit<AuthenticateOptions, 'authFailures'>,
 ): (req: RequestFacts) => AuthContext {
+  checkOptions('credentialResolver()', options, RESOLVER_OPTION_CHECKS);
   const config = resolveOptions(options);
   return (req) => resolveCredential(req, config);
 }
@@ -160,7 +189,7 @@ type ResolvedOptions = Omit<Required<AuthenticateOptions>, 'accept' | 'tokens' |
 
 function resolveOptions(options: Omit<AuthenticateOptions, 'authFailures'>): ResolvedOptions {
   const accept = new Set(options.accept);
-  if (accept.size === 0 || [...accept].some((kind) => !CREDENTIAL_KINDS.includes(kind))) {
+  if (accept.size === 0) {
     throw new ConfigurationError(
       `authenticate(): accept must list one or more of ${CREDENTIAL_KINDS.join(', ')}`,
     );

@@ -1,4 +1,12 @@
-import { AuthenticationError, ConfigurationError, InvalidRequestError } from '../errors';
+import {
+  checkOptions,
+  isBoolean,
+  isFunction,
+  KEY_STORE,
+  type OptionChecks,
+  required,
+} from '../options';
+import { AuthenticationError, InvalidRequestError } from '../errors';
 import { isPlausibleKey } from '../keys/key-format';
 import type { KeyStore } from '../keys/key-store';
 import type { AuthContext } from '../types';
@@ -27,12 +35,17 @@ export interface KeyPairResolverOptions {
  * pair from the parsed body and resolves it to the key's identity, or throws the `TollgateError`
  * its refusal is answered with.
  */
+/** The rule of each option of `keyPairResolver()`. */
+export const KEY_PAIR_RESOLVER_CHECKS: OptionChecks<KeyPairResolverOptions> = {
+  keyStore: required(KEY_STORE),
+  refuseSecretKeysFromBrowsers: isBoolean,
+  onSecurityEvent: isFunction,
+};
+
 export function keyPairResolver(
   options: KeyPairResolverOptions,
 ): (req: RequestFacts) => AuthContext {
-  if (typeof options.keyStore !== 'object') {
-    throw new ConfigurationError('authenticateKeyPair(): keyStore is required');
-  }
+  checkOptions('keyPairResolver()', options, KEY_PAIR_RESOLVER_CHECKS);
   const { keyStore } = options;
   const refuseFromBrowsers = options.refuseSecretKeysFromBrowsers ?? true;
   const onSecurityEvent = options.onSecurityEvent ?? (() => undefined);

@@ -1,7 +1,18 @@
 import { hash } from 'node:crypto';
 import { ipKeyGenerator } from 'express-rate-limit';
 import { ConfigurationError, RateLimitedError } from '../errors';
-import { checkOptions, oneOf, type OptionChecks, required, wholeNumber } from '../options';
+import {
+  checkOptions,
+  isFunction,
+  isObject,
+  isString,
+  LIMITER_REDIS,
+  objectWith,
+  oneOf,
+  type OptionChecks,
+  required,
+  wholeNumber,
+} from '../options';
 import type { LimiterRedis } from '../rate-limit/window';
 import {
   AdmissionStore,
@@ -89,6 +100,17 @@ export interface ScopeCounterOptions {
   readonly now?: () => number;
 }
 
+const SCOPE_COUNTER_OPTION_CHECKS: OptionChecks<ScopeCounterOptions> = {
+  name: required(isString),
+  definition: required(isObject),
+  windowMs: required(wholeNumber(1000)),
+  prefix: required(isString),
+  redis: LIMITER_REDIS,
+  expectedInstances: wholeNumber(1),
+  store: objectWith('an AdmissionStore', ['countersFor']),
+  now: isFunction,
+};
+
 export class ScopeCounter {
   readonly name: string;
   readonly limit: number;
@@ -100,6 +122,7 @@ export class ScopeCounter {
   private readonly now: () => number;
 
   constructor(options: ScopeCounterOptions) {
+    checkOptions('ScopeCounter', options, SCOPE_COUNTER_OPTION_CHECKS);
     const { name, definition, windowMs } = options;
     if (!SCOPE_NAME_PATTERN.test(name)) {
       throw new ConfigurationError(

@@ -1,9 +1,17 @@
+import {
+  authFailuresWith,
+  check,
+  checkOptions,
+  isStringList,
+  listOf,
+  type OptionChecks,
+} from '../options';
 import type { RequestHandler } from 'express';
 import { IpWhitelist } from '../core/ip-whitelist';
 import { parseRole, roleRank, type Role } from '../core/roles';
 import { InsufficientRoleError, IpNotWhitelistedError, MisconfigurationError } from '../errors';
 import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
-import type { CredentialKind } from '../types';
+import { CREDENTIAL_KINDS, type CredentialKind } from '../types';
 
 /**
  * The access checks as single Express middlewares, for apps that compose their own chain: the IP
@@ -34,7 +42,17 @@ export interface IpWhitelistOptions {
  * Mount it after `clientIp()` and `authenticate()`: without a fixed `whitelist`, a request that
  * `authenticate()` has not seen fails closed (`500`, a logged misconfiguration), never open.
  */
+const IP_WHITELIST_OPTION_CHECKS: OptionChecks<IpWhitelistOptions> = {
+  whitelist: check(
+    'a list of addresses and CIDR ranges, or an IpWhitelist',
+    (value) => value instanceof IpWhitelist || isStringList.test(value),
+  ),
+  credentials: listOf(CREDENTIAL_KINDS),
+  authFailures: authFailuresWith('record'),
+};
+
 export function requireWhitelistedIp(options: IpWhitelistOptions = {}): RequestHandler {
+  checkOptions('requireWhitelistedIp()', options, IP_WHITELIST_OPTION_CHECKS);
   const fixed =
     options.whitelist === undefined || options.whitelist instanceof IpWhitelist
       ? options.whitelist

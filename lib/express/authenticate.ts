@@ -1,5 +1,7 @@
 import type { RequestHandler } from 'express';
+import { checkOptions, isFunction, KEY_STORE, type OptionChecks } from '../options';
 import {
+  AUTHENTICATE_OPTION_CHECKS,
   type AuthenticateOptions,
   credentialResolver,
   refuseCredentialsInQuery,
@@ -23,7 +25,9 @@ import type { AuthContext } from '../types';
  * check to the comparison and its count.
  */
 export function authenticate(options: AuthenticateOptions): RequestHandler {
-  return authenticatingMiddleware(credentialResolver(options), options.authFailures);
+  checkOptions('authenticate()', options, AUTHENTICATE_OPTION_CHECKS);
+  const { authFailures, ...resolverOptions } = options;
+  return authenticatingMiddleware(credentialResolver(resolverOptions), authFailures);
 }
 
 /**
@@ -69,7 +73,13 @@ export interface QueryCredentialOptions {
  * parameter of `QUERY_CREDENTIAL_PARAMS`, or any value that looks like a secret key or a token.
  * Mount it before the routes. A known secret key found there is reported as leaked.
  */
+const QUERY_CREDENTIAL_OPTION_CHECKS: OptionChecks<QueryCredentialOptions> = {
+  keyStore: KEY_STORE,
+  onSecurityEvent: isFunction,
+};
+
 export function refuseQueryCredentials(options: QueryCredentialOptions = {}): RequestHandler {
+  checkOptions('refuseQueryCredentials()', options, QUERY_CREDENTIAL_OPTION_CHECKS);
   const { keyStore, onSecurityEvent } = options;
   return function refuseQueryCredentialsMiddleware(req, _res, next) {
     try {

@@ -1,3 +1,4 @@
+import { check, checkOptions, type OptionChecks } from '../options';
 import bytes from 'bytes';
 import express, { type RequestHandler } from 'express';
 import {
@@ -24,7 +25,15 @@ export const DEFAULT_BODY_LIMIT = '64kb';
 /** The refusal of a JSON body declared in another charset: it says which one is read. */
 const NOT_UTF8 = 'JSON bodies must be UTF-8 (Content-Type: application/json; charset=utf-8)';
 
+const JSON_BODY_OPTION_CHECKS: OptionChecks<JsonBodyOptions> = {
+  limit: check(
+    "a size in bytes: a number, or a string such as '64kb'",
+    (value) => typeof value === 'number' || typeof value === 'string',
+  ),
+};
+
 export function jsonBody(options: JsonBodyOptions = {}): RequestHandler {
+  checkOptions('jsonBody()', options, JSON_BODY_OPTION_CHECKS);
   const limit = bytes.parse(options.limit ?? DEFAULT_BODY_LIMIT);
   if (limit === null || !Number.isSafeInteger(limit) || limit < 0) {
     throw new ConfigurationError(`jsonBody(): invalid limit ${JSON.stringify(options.limit)}`);

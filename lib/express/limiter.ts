@@ -1,6 +1,16 @@
 import type { Request, RequestHandler } from 'express';
 import { ipKeyGenerator, rateLimit } from 'express-rate-limit';
-import { ConfigurationError, MisconfigurationError, RateLimitedError } from '../errors';
+import { MisconfigurationError, RateLimitedError } from '../errors';
+import {
+  check,
+  checkOptions,
+  isString,
+  LIMITER_REDIS,
+  objectWith,
+  type OptionChecks,
+  required,
+  wholeNumber,
+} from '../options';
 import {
   DEFAULT_PREFIX,
   DEFAULT_WINDOW_MS,
@@ -53,24 +63,29 @@ export interface RateLimiter {
 
 const NAME_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 
+const RATE_LIMITER_OPTION_CHECKS: OptionChecks<RateLimiterOptions> = {
+  name: required(
+    check(
+      `a name matching ${NAME_PATTERN}`,
+      (value) => isString.test(value) && NAME_PATTERN.test(value as string),
+    ),
+  ),
+  limit: required(wholeNumber(1)),
+  windowMs: wholeNumber(1000),
+  key: check(
+    "'account', 'ip' or a function of the request",
+    (value) => value === 'account' || value === 'ip' || typeof value === 'function',
+  ),
+  redis: LIMITER_REDIS,
+  prefix: isString,
+  expectedInstances: wholeNumber(1),
+  logger: objectWith('a logger with warn and error', ['warn', 'error']),
+};
+
 export function createRateLimiter(options: RateLimiterOptions): RateLimiter {
+  checkOptions('createRateLimiter()', options, RATE_LIMITER_OPTION_CHECKS);
   const { name, limit } = options;
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
-  if (!NAME_PATTERN.test(name)) {
-    throw new ConfigurationError(
-      `createRateLimiter(): name ${JSON.stringify(name)} must match ${NAME_PATTERN}`,
-    );
-  }
-  if (!Number.isInteger(limit) || limit < 1) {
-    throw new ConfigurationError(
-      `createRateLimiter(${name}): limit must be a whole number of at least 1`,
-    );
-  }
-  if (!Number.isInteger(windowMs) || windowMs < 1000) {
-    throw new ConfigurationError(
-      `createRateLimiter(${name}): windowMs must be a whole number of at least 1000`,
-    );
-  }
   const prefix = `${options.prefix ?? DEFAULT_PREFIX}${name}:`;
   const store = new TollgateStore({
     prefix,

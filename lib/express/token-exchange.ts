@@ -1,7 +1,14 @@
+import {
+  authFailuresWith,
+  checkOptions,
+  type OptionChecks,
+  required,
+  TOKEN_SERVICE,
+} from '../options';
 import type { RequestHandler } from 'express';
 import type { SecurityEvent } from '../core/credentials';
 import type { RequestFacts } from '../core/facts';
-import { keyPairResolver } from '../core/key-pair';
+import { KEY_PAIR_RESOLVER_CHECKS, keyPairResolver } from '../core/key-pair';
 import { authenticatingMiddleware } from './authenticate';
 import { AuthenticationError } from '../errors';
 import type { KeyStore } from '../keys/key-store';
@@ -36,8 +43,15 @@ export interface KeyPairOptions {
  * `invalid_credentials`, in the same time. Mount a JSON body parser before it. Synchronous from the
  * budget check to the comparison and its count.
  */
+const KEY_PAIR_OPTION_CHECKS: OptionChecks<KeyPairOptions> = {
+  ...KEY_PAIR_RESOLVER_CHECKS,
+  authFailures: authFailuresWith('queueAttempt'),
+};
+
 export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
-  return authenticatingMiddleware(keyPairResolver(options), options.authFailures);
+  checkOptions('authenticateKeyPair()', options, KEY_PAIR_OPTION_CHECKS);
+  const { authFailures, ...resolverOptions } = options;
+  return authenticatingMiddleware(keyPairResolver(resolverOptions), authFailures);
 }
 
 export interface IssueTokenOptions {
@@ -45,7 +59,12 @@ export interface IssueTokenOptions {
 }
 
 /** Answers `200 {"token", "token_type": "Bearer", "expires_in"}` for the key pair in `req.auth`. */
+const ISSUE_TOKEN_OPTION_CHECKS: OptionChecks<IssueTokenOptions> = {
+  tokens: required(TOKEN_SERVICE),
+};
+
 export function issueToken(options: IssueTokenOptions): RequestHandler {
+  checkOptions('issueToken()', options, ISSUE_TOKEN_OPTION_CHECKS);
   const { tokens } = options;
   return function issueTokenHandler(req, res, next) {
     const auth = req.auth;

@@ -1,3 +1,5 @@
+import { ConfigurationError } from '../errors';
+import { check, checkOptions, isObject, isStringList, type OptionChecks } from '../options';
 import type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore, LimitScopes } from './key-record';
 import { KeyIndex } from './key-index';
 import { parseKeysDocument } from './keys-file';
@@ -28,6 +30,17 @@ export interface KeyStoreLimitOptions {
 }
 
 /** An immutable, indexed set of key records. */
+/** The rule of each option a key store takes about the gate's scopes and permissions. */
+export const KEY_STORE_LIMIT_OPTION_CHECKS: OptionChecks<KeyStoreLimitOptions> = {
+  limitScopes: check(
+    "an object of scope names, each 'account' or 'ip'",
+    (value) =>
+      isObject.test(value) &&
+      Object.values(value as object).every((per) => per === 'account' || per === 'ip'),
+  ),
+  permissions: isStringList,
+};
+
 export class KeyRing implements KeyStore, KeyDirectory {
   private readonly index = new KeyIndex();
 
@@ -112,6 +125,7 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
 
   /** Reads and validates the file; rejects with a `ConfigurationError` naming the bad entry. */
   static async load(path: string, options: KeyStoreLimitOptions = {}): Promise<FileKeyStore> {
+    checkOptions('FileKeyStore.load()', options, KEY_STORE_LIMIT_OPTION_CHECKS);
     const store = FileKeyStore.open(path, options);
     await store.firstLoad;
     return store;
@@ -122,6 +136,10 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
    * nothing, until the first ring is in (`firstLoad`).
    */
   static open(path: string, options: KeyStoreLimitOptions = {}): FileKeyStore {
+    checkOptions('FileKeyStore.open()', options, KEY_STORE_LIMIT_OPTION_CHECKS);
+    if (typeof path !== 'string' || path === '') {
+      throw new ConfigurationError("FileKeyStore.open(): path must be the keys file's path");
+    }
     const store = new FileKeyStore(path, options);
     store.firstLoad.catch(() => undefined);
     return store;

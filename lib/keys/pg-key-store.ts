@@ -1,3 +1,13 @@
+import {
+  checkOptions,
+  isNonEmptyString,
+  LOGGER,
+  oneOf,
+  type OptionChecks,
+  required,
+  wholeNumber,
+} from '../options';
+import { KEY_STORE_LIMIT_OPTION_CHECKS } from './key-store';
 import type { Client, ClientConfig, Notification, Pool } from 'pg';
 import { IpWhitelist } from '../core/ip-whitelist';
 import { requireOptional } from '../optional-module';
@@ -128,6 +138,17 @@ const RECONNECT_MIN_MS = 100;
 export const FULL_LOAD_ROWS = 5000;
 const RECONNECT_MAX_MS = 5000;
 
+const PG_KEY_STORE_OPTION_CHECKS: OptionChecks<PgKeyStoreOptions> = {
+  ...KEY_STORE_LIMIT_OPTION_CHECKS,
+  connectionString: required(isNonEmptyString),
+  logger: LOGGER,
+  pollIntervalMs: wholeNumber(1),
+  lastUsedFlushMs: wholeNumber(1),
+  poolSize: wholeNumber(1),
+  keyEnvironment: oneOf(['test', 'live']),
+  queryTimeoutMs: wholeNumber(1),
+};
+
 export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   private ring = new LiveKeyRing();
   private loaded = false;
@@ -199,6 +220,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
    * key, and starts listening for changes. Rejects when the database cannot be read.
    */
   static async open(options: PgKeyStoreOptions): Promise<PgKeyStore> {
+    checkOptions('PgKeyStore.open()', options, PG_KEY_STORE_OPTION_CHECKS);
     const pg = requireOptional('pg', 'TOLLGATE_DATABASE_URL (the PostgreSQL key store)');
     const timeout = options.queryTimeoutMs ?? 5000;
     const pool = new pg.Pool({

@@ -1,4 +1,12 @@
 import {
+  checkOptions,
+  isFunction,
+  LIMITER_REDIS,
+  type OptionChecks,
+  required,
+  wholeNumber,
+} from '../options';
+import {
   type CompactKey,
   compactKey,
   CompactMemoryStore,
@@ -189,6 +197,14 @@ interface Shared {
   readonly decrementSha: string;
 }
 
+const ADMISSION_STORE_OPTION_CHECKS: OptionChecks<AdmissionStoreOptions> = {
+  windowMs: required(wholeNumber(1000)),
+  redis: LIMITER_REDIS,
+  expectedInstances: wholeNumber(1),
+  maxFullKeys: wholeNumber(1),
+  now: isFunction,
+};
+
 export class AdmissionStore {
   private readonly windowMs: number;
   private readonly windowArg: string;
@@ -199,6 +215,7 @@ export class AdmissionStore {
   private readonly counters: LocalCounters[] = [];
 
   constructor(options: AdmissionStoreOptions) {
+    checkOptions('AdmissionStore', options, ADMISSION_STORE_OPTION_CHECKS);
     this.windowMs = options.windowMs;
     this.windowArg = String(options.windowMs);
     this.expectedInstances = options.expectedInstances ?? 1;

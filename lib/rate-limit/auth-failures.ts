@@ -1,5 +1,13 @@
+import {
+  checkOptions,
+  isFunction,
+  isString,
+  LIMITER_REDIS,
+  type OptionChecks,
+  wholeNumber,
+} from '../options';
 import { ipKeyGenerator } from 'express-rate-limit';
-import { ConfigurationError, TollgateError, RateLimitedError } from '../errors';
+import { TollgateError, RateLimitedError } from '../errors';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './window';
 import { AdmissionStore, type LocalCounters } from './admission-store';
 
@@ -94,9 +102,20 @@ interface Window {
   resetAt: number;
 }
 
+const AUTH_FAILURE_LIMITER_OPTION_CHECKS: OptionChecks<AuthFailureLimiterOptions> = {
+  limit: wholeNumber(1),
+  windowMs: wholeNumber(1000),
+  redis: LIMITER_REDIS,
+  prefix: isString,
+  expectedInstances: wholeNumber(1),
+  maxTrackedIps: wholeNumber(1),
+  now: isFunction,
+};
+
 export function createAuthFailureLimiter(
   options: AuthFailureLimiterOptions = {},
 ): AuthFailureLimiter {
+  checkOptions('createAuthFailureLimiter()', options, AUTH_FAILURE_LIMITER_OPTION_CHECKS);
   const store = new AdmissionStore({
     windowMs: options.windowMs ?? DEFAULT_WINDOW_MS,
     redis: options.redis,
@@ -118,11 +137,6 @@ export function authFailureLimiterOn(
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
   const maxTrackedIps = options.maxTrackedIps ?? DEFAULT_MAX_TRACKED_IPS;
   const now = options.now ?? Date.now;
-  if (!Number.isInteger(limit) || limit < 1) {
-    throw new ConfigurationError(
-      'createAuthFailureLimiter(): limit must be a whole number of at least 1',
-    );
-  }
   // Every instance's failures, in Redis: admitted up to the limit, so the engine knows the key full
   // (and `fullUntil()` answers) as soon as the limit-th failure is counted. Its keys are bare
   // addresses (`keyOf()`).

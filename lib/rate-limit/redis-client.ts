@@ -1,3 +1,11 @@
+import {
+  checkOptions,
+  isNonEmptyString,
+  isString,
+  isStringList,
+  type OptionChecks,
+  wholeNumber,
+} from '../options';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { ConfigurationError } from '../errors';
 import { requireOptional } from '../optional-module';
@@ -35,7 +43,19 @@ export interface LimiterRedisConnection extends LimiterRedis {
   close(): Promise<void>;
 }
 
+const LIMITER_REDIS_OPTION_CHECKS: OptionChecks<LimiterRedisOptions> = {
+  url: isNonEmptyString,
+  clusterNodes: isStringList,
+  sentinels: isStringList,
+  sentinelName: isString,
+  password: isString,
+  commandTimeoutMs: wholeNumber(1),
+  connectTimeoutMs: wholeNumber(1),
+  maxReconnectDelayMs: wholeNumber(1),
+};
+
 export function createLimiterRedis(options: LimiterRedisOptions): LimiterRedisConnection {
+  checkOptions('createLimiterRedis()', options, LIMITER_REDIS_OPTION_CHECKS);
   const ioredis = requireOptional('ioredis', 'createLimiterRedis()');
   const modes = [options.url, options.clusterNodes, options.sentinels].filter(
     (mode) => mode !== undefined,

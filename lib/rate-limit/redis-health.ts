@@ -1,3 +1,4 @@
+import { checkOptions, isFunction, type OptionChecks, wholeNumber } from '../options';
 import { EventEmitter } from 'node:events';
 import { faultName } from '../errors';
 
@@ -29,6 +30,11 @@ export interface RedisHealthOptions {
   now?: () => number;
 }
 
+const REDIS_HEALTH_OPTION_CHECKS: OptionChecks<RedisHealthOptions> = {
+  coolDownMs: wholeNumber(0),
+  now: isFunction,
+};
+
 export class RedisHealth extends EventEmitter<RedisHealthEvents> {
   private degradedSince: number | undefined;
   private coolDownUntil = 0;
@@ -40,6 +46,7 @@ export class RedisHealth extends EventEmitter<RedisHealthEvents> {
     options: RedisHealthOptions = {},
   ) {
     super();
+    checkOptions('RedisHealth', options, REDIS_HEALTH_OPTION_CHECKS);
     this.coolDownMs = options.coolDownMs ?? 1000;
     this.now = options.now ?? Date.now;
     // ioredis emits 'error' on every failed connection attempt; an unheard 'error' would crash.

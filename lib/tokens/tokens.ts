@@ -1,6 +1,14 @@
 import { createSecretKey, type KeyObject, randomUUID } from 'node:crypto';
 import jwt from 'jsonwebtoken';
 import { AuthenticationError, ConfigurationError } from '../errors';
+import {
+  check,
+  checkOptions,
+  isFunction,
+  type OptionChecks,
+  required,
+  wholeNumber,
+} from '../options';
 import type { KeyRecord } from '../keys/key-store';
 import { isRole, type Role } from '../core/roles';
 
@@ -74,6 +82,19 @@ interface TokenPayload {
   iss: string;
 }
 
+const TOKEN_SERVICE_OPTION_CHECKS: OptionChecks<TokenServiceOptions> = {
+  secret: required(
+    check(
+      `a string or Buffer of at least ${MIN_TOKEN_SECRET_BYTES} bytes`,
+      (value) => typeof value === 'string' || Buffer.isBuffer(value),
+    ),
+  ),
+  ttlSeconds: wholeNumber(1, MAX_TTL_SECONDS),
+  clockToleranceSeconds: wholeNumber(0, 300),
+  now: isFunction,
+  verifiedTokenCacheSize: wholeNumber(0, MAX_VERIFIED_TOKEN_CACHE_SIZE),
+};
+
 export class TokenService {
   readonly ttlSeconds: number;
   private readonly secret: KeyObject;
@@ -84,6 +105,7 @@ export class TokenService {
   private readonly verifiedCapacity: number;
 
   constructor(options: TokenServiceOptions) {
+    checkOptions('TokenService', options, TOKEN_SERVICE_OPTION_CHECKS);
     const secret = Buffer.isBuffer(options.secret)
       ? Buffer.from(options.secret)
       : Buffer.from(options.secret, 'utf8');
@@ -93,22 +115,7 @@ export class TokenService {
       );
     }
     const ttl = options.ttlSeconds ?? DEFAULT_TOKEN_TTL_SECONDS;
-    if (!Number.isInteger(ttl) || ttl < 1 || ttl > MAX_TTL_SECONDS) {
-      throw new ConfigurationError(
-        `TokenService: ttlSeconds must be a whole number from 1 to ${MAX_TTL_SECONDS}`,
-      );
-    }
     const tolerance = options.clockToleranceSeconds ?? 0;
-    if (
-      typeof tolerance !== 'number' ||
-      !Number.isInteger(tolerance) ||
-      tolerance < 0 ||
-      tolerance > 300
-    ) {
-      throw new ConfigurationError(
-        'TokenService: clockToleranceSeconds must be a whole number from 0 to 300',
-      );
-    }
     // A KeyObject, not the raw bytes: given bytes, jsonwebtoken first tries (and fails) to parse
     // them as a PEM/DER public or private key on every call, a CPU cost on every token.
     this.secret = createSecretKey(secret);
@@ -116,16 +123,6 @@ export class TokenService {
     this.clockTolerance = tolerance;
     this.now = options.now ?? Date.now;
     const capacity = options.verifiedTokenCacheSize ?? DEFAULT_VERIFIED_TOKEN_CACHE_SIZE;
-    if (
-      typeof capacity !== 'number' ||
-      !Number.isInteger(capacity) ||
-      capacity < 0 ||
-      capacity > MAX_VERIFIED_TOKEN_CACHE_SIZE
-    ) {
-      throw new ConfigurationError(
-        `TokenService: verifiedTokenCacheSize must be a whole number from 0 to ${MAX_VERIFIED_TOKEN_CACHE_SIZE}`,
-      );
-    }
     this.verifiedCapacity = capacity;
   }
 
