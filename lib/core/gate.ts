@@ -47,6 +47,7 @@ import {
   type HeaderPair,
   type LimitUse,
   readUsage,
+  SCOPE_DEFINITION_CHECKS,
   ScopeCounter,
   type ScopeDefinition,
   type ScopeUsage,
@@ -308,6 +309,9 @@ export function createGate<S extends Scopes>(
     throw new ConfigurationError(
       `${where}: scope name "auth-failures" is the failure budget's own`,
     );
+  }
+  for (const [name, definition] of Object.entries(options.scopes)) {
+    checkOptions(`${where}: scope ${name}`, definition, SCOPE_DEFINITION_CHECKS);
   }
   assertLimitScopes(options.keyStore, options.scopes);
   const permissions = permissionNames(options.permissions, 'tollgate()');

@@ -78,7 +78,8 @@ export interface Admission {
   readonly error?: RateLimitedError;
 }
 
-const SCOPE_DEFINITION_CHECKS: OptionChecks<ScopeDefinition> = {
+/** The rule of each field of a scope's definition. */
+export const SCOPE_DEFINITION_CHECKS: OptionChecks<ScopeDefinition> = {
   limit: required(wholeNumber(1)),
   per: oneOf(['account', 'ip']),
 };
