@@ -22,10 +22,10 @@ import {
   KEY_STORE,
   LIMITER_REDIS,
   listOf,
-  objectWith,
   oneOf,
   type OptionChecks,
   required,
+  TOKEN_SERVICE,
   wholeNumber,
 } from '../options';
 import type { KeyStore } from '../keys/key-store';
@@ -242,7 +242,7 @@ const WHITELISTED_CREDENTIALS: ReadonlySet<CredentialKind> = new Set(['secret', 
 /** The rule of each option of the gate, checked when it is created. */
 export const GATE_OPTION_CHECKS: OptionChecks<GateOptions> = {
   keyStore: required(KEY_STORE),
-  tokens: objectWith('a TokenService', ['issue', 'verify']),
+  tokens: TOKEN_SERVICE,
   scopes: required(
     check('an object of scopes, { orders: { limit: 100 } }', (value) => isObject.test(value)),
   ),
@@ -293,6 +293,12 @@ export function scopeNameCheck(declared: Iterable<string>): Check {
 export function routePolicyChecks(declared: Iterable<string>): OptionChecks<RoutePolicy> {
   const scopeName = scopeNameCheck(declared);
   return { ...ROUTE_POLICY_CHECKS, limit: required(scopeName), publishableLimit: scopeName };
+}
+
+/** How messages name a route's declaration: `protect("orders")`, by its scope when it has one. */
+export function protectCall(spec: unknown): string {
+  const limit = typeof spec === 'object' && spec !== null ? (spec as RoutePolicy).limit : undefined;
+  return typeof limit === 'string' ? `protect(${JSON.stringify(limit)})` : 'protect()';
 }
 
 export function createGate<S extends Scopes>(
@@ -368,10 +374,8 @@ export function createGate<S extends Scopes>(
   const policyChecks = routePolicyChecks(scopes.keys());
 
   const policy = (spec: RoutePolicy<keyof S & string>): CompiledPolicy => {
-    const given: unknown = spec;
-    const named = typeof given === 'object' && given !== null && typeof spec.limit === 'string';
-    const where = named ? `protect(${JSON.stringify(spec.limit)})` : 'protect()';
-    checkOptions(where, given, policyChecks);
+    const where = protectCall(spec);
+    checkOptions(where, spec, policyChecks);
     const scope = scopeNamed(spec.limit, `${where} limit`);
     const publishableScope =
       spec.publishableLimit === undefined

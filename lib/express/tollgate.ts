@@ -9,6 +9,7 @@ import {
   type RoutePolicy,
   type Scopes,
   GATE_OPTION_CHECKS,
+  protectCall,
   routePolicyChecks,
   scopeNameCheck,
 } from '../core/gate';
@@ -196,13 +197,7 @@ export function tollgate<S extends Scopes>(
     };
 
   const protect = (spec: ProtectOptions<keyof S & string>): RequestHandler => {
-    const given: unknown = spec;
-    const named = typeof given === 'object' && given !== null && typeof spec.limit === 'string';
-    checkOptions(
-      named ? `protect(${JSON.stringify(spec.limit)})` : 'protect()',
-      given,
-      protectChecks,
-    );
+    checkOptions(protectCall(spec), spec, protectChecks);
     const { body, ...policy } = spec;
     const compiled = gate.policy(policy);
     const wantsBody =
