@@ -1,3 +1,11 @@
+import {
+  checkOptions,
+  isFunction,
+  isString,
+  LIMITER_REDIS,
+  type OptionChecks,
+  wholeNumber,
+} from '../options';
 import type { ClientRateLimitInfo, IncrementResponse, Options, Store } from 'express-rate-limit';
 import { ConfigurationError } from '../errors';
 import { AdmissionStore, type CounterRequest, type LocalCounters } from './admission-store';
@@ -27,6 +35,13 @@ export interface TollgateStoreOptions {
   readonly now?: (() => number) | undefined;
 }
 
+const TOLLGATE_STORE_OPTION_CHECKS: OptionChecks<TollgateStoreOptions> = {
+  redis: LIMITER_REDIS,
+  prefix: isString,
+  expectedInstances: wholeNumber(1),
+  now: isFunction,
+};
+
 /** The engine and the limiter's settings, known once express-rate-limit has called `init()`. */
 interface Engine {
   readonly store: AdmissionStore;
@@ -55,6 +70,7 @@ export class TollgateStore implements Store {
   private readonly now: () => number;
 
   constructor(private readonly options: TollgateStoreOptions = {}) {
+    checkOptions('TollgateStore', options, TOLLGATE_STORE_OPTION_CHECKS);
     this.prefix = options.prefix ?? DEFAULT_PREFIX;
     this.now = options.now ?? Date.now;
   }

@@ -24,10 +24,10 @@ import {
   RedisHealth,
   refuseQueryCredentials,
   requireWhitelistedIp,
-  ResilientStore,
   ScopeCounter,
   TokenService,
   tollgate,
+  TollgateStore,
 } from '../../lib';
 import { TOKEN_SECRET } from '../helpers/fixtures';
 
@@ -234,14 +234,12 @@ const CASES: readonly Case[] = [
     optional: true,
   },
   {
-    where: 'ResilientStore',
-    call: (options) => {
-      new ResilientStore(options as never).shutdown();
-    },
-    valid: { limit: 5, prefix: 'rl:' },
-    misspelt: 'maxBlockedKey',
-    wrongType: ['limit', '5'],
-    required: 'limit',
+    where: 'TollgateStore',
+    call: (options) => new TollgateStore(options as never),
+    valid: { prefix: 'rl:' },
+    misspelt: 'prefx',
+    wrongType: ['expectedInstances', '2'],
+    optional: true,
   },
   {
     where: 'RedisHealth',
@@ -381,6 +379,7 @@ const WITHOUT_OPTIONS: ReadonlySet<string> = new Set([
   'clientErrorHandler',
   'errorBody',
   'faultName',
+  'series',
 ]);
 
 /** What the table covers, by export name (a method counts as its factory). */
@@ -397,7 +396,7 @@ const COVERED: ReadonlySet<string> = new Set([
   'PgKeyStore',
   'TokenService',
   'createAuthFailureLimiter',
-  'ResilientStore',
+  'TollgateStore',
   'RedisHealth',
   'createLimiterRedis',
   'authenticate',
