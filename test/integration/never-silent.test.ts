@@ -31,6 +31,7 @@ interface Outcome {
 }
 
 const KIT = join(__dirname, '../../dist/lib/index.js');
+const EXPRESS_ENTRY = join(__dirname, '../../dist/lib/entry/express.js');
 
 /**
  * Runs `scenario` (the body of an async function given `kit`, `express`, `secret`, `logged` and `get(app,
@@ -41,7 +42,7 @@ const KIT = join(__dirname, '../../dist/lib/index.js');
 async function inOwnProcess(scenario: string): Promise<Outcome> {
   const script = `
     const http = require('node:http');
-    const kit = require(${JSON.stringify(KIT)});
+    const kit = { ...require(${JSON.stringify(KIT)}), ...require(${JSON.stringify(EXPRESS_ENTRY)}) };
     const express = require('express');
     const secret = ${JSON.stringify(secret)};
     const heard = [];
