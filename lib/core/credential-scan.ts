@@ -65,6 +65,11 @@ export const REDACTED = '[redacted]';
 /** Keys of other tools may hold `/` (base64): runs of up to this many segments are looked up too. */
 const MAX_SEGMENTS_PER_KEY = 4;
 
+const PATH_REDACTOR_OPTION_CHECKS: OptionChecks<PathRedactorOptions> = {
+  keyStore: KEY_STORE,
+  maxLength: wholeNumber(1),
+};
+
 /**
  * Returns a function that makes a request path fit for a log line: each segment,
  * percent-decoded, that holds a typed secret key or a token, or that is a known key of the store
@@ -72,11 +77,6 @@ const MAX_SEGMENTS_PER_KEY = 4;
  * is a known key holding `/`. The result is capped, and nothing past the cap is looked at: the cost
  * is bounded whatever the path's length.
  */
-const PATH_REDACTOR_OPTION_CHECKS: OptionChecks<PathRedactorOptions> = {
-  keyStore: KEY_STORE,
-  maxLength: wholeNumber(1),
-};
-
 export function createPathRedactor(options: PathRedactorOptions = {}): (path: string) => string {
   checkOptions('createPathRedactor()', options, PATH_REDACTOR_OPTION_CHECKS);
   const { keyStore } = options;

@@ -301,9 +301,18 @@ export function protectCall(spec: unknown): string {
   return typeof limit === 'string' ? `protect(${JSON.stringify(limit)})` : 'protect()';
 }
 
-export function createGate<S extends Scopes>(
+/**
+ * The decision core: checks `options` and returns the gate that decides every request of the
+ * routes compiled with `gate.policy()`.
+ */
+export function createGate<S extends Scopes>(options: GateOptions<S>): Gate<keyof S & string> {
+  return buildGate(options, 'createGate()');
+}
+
+/** `createGate()`, naming `where` (the factory the user called) in its errors. */
+export function buildGate<S extends Scopes>(
   options: GateOptions<S>,
-  where = 'createGate()',
+  where: string,
 ): Gate<keyof S & string> {
   checkOptions(where, options, GATE_OPTION_CHECKS);
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;

@@ -30,11 +30,6 @@ export interface KeyPairResolverOptions {
   onSecurityEvent?: ((event: SecurityEvent, req: RequestFacts) => void) | undefined;
 }
 
-/**
- * The key-pair check of `authenticateKeyPair()` without Express or the failure budget: reads the
- * pair from the parsed body and resolves it to the key's identity, or throws the `TollgateError`
- * its refusal is answered with.
- */
 /** The rule of each option of `keyPairResolver()`. */
 export const KEY_PAIR_RESOLVER_CHECKS: OptionChecks<KeyPairResolverOptions> = {
   keyStore: required(KEY_STORE),
@@ -42,6 +37,11 @@ export const KEY_PAIR_RESOLVER_CHECKS: OptionChecks<KeyPairResolverOptions> = {
   onSecurityEvent: isFunction,
 };
 
+/**
+ * The key-pair check of `authenticateKeyPair()` without Express or the failure budget: reads the
+ * pair from the parsed body and resolves it to the key's identity, or throws the `TollgateError`
+ * its refusal is answered with.
+ */
 export function keyPairResolver(
   options: KeyPairResolverOptions,
 ): (req: RequestFacts) => AuthContext {

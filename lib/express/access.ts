@@ -37,11 +37,6 @@ export interface IpWhitelistOptions {
   authFailures?: Pick<AuthFailureLimiter, 'record'>;
 }
 
-/**
- * Refuses with 403 `ip_not_whitelisted` a request from an address outside the whitelist.
- * Mount it after `clientIp()` and `authenticate()`: without a fixed `whitelist`, a request that
- * `authenticate()` has not seen fails closed (`500`, a logged misconfiguration), never open.
- */
 const IP_WHITELIST_OPTION_CHECKS: OptionChecks<IpWhitelistOptions> = {
   whitelist: check(
     'a list of addresses and CIDR ranges, or an IpWhitelist',
@@ -51,6 +46,11 @@ const IP_WHITELIST_OPTION_CHECKS: OptionChecks<IpWhitelistOptions> = {
   authFailures: authFailuresWith('record'),
 };
 
+/**
+ * Refuses with 403 `ip_not_whitelisted` a request from an address outside the whitelist.
+ * Mount it after `clientIp()` and `authenticate()`: without a fixed `whitelist`, a request that
+ * `authenticate()` has not seen fails closed (`500`, a logged misconfiguration), never open.
+ */
 export function requireWhitelistedIp(options: IpWhitelistOptions = {}): RequestHandler {
   checkOptions('requireWhitelistedIp()', options, IP_WHITELIST_OPTION_CHECKS);
   const fixed =

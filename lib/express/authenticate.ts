@@ -68,16 +68,16 @@ export interface QueryCredentialOptions {
   onSecurityEvent?: (event: SecurityEvent, req: RequestFacts) => void;
 }
 
-/**
- * Refuses with 400 `invalid_request` a request whose query string carries a credential: a
- * parameter of `QUERY_CREDENTIAL_PARAMS`, or any value that looks like a secret key or a token.
- * Mount it before the routes. A known secret key found there is reported as leaked.
- */
 const QUERY_CREDENTIAL_OPTION_CHECKS: OptionChecks<QueryCredentialOptions> = {
   keyStore: KEY_STORE,
   onSecurityEvent: isFunction,
 };
 
+/**
+ * Refuses with 400 `invalid_request` a request whose query string carries a credential: a
+ * parameter of `QUERY_CREDENTIAL_PARAMS`, or any value that looks like a secret key or a token.
+ * Mount it before the routes. A known secret key found there is reported as leaked.
+ */
 export function refuseQueryCredentials(options: QueryCredentialOptions = {}): RequestHandler {
   checkOptions('refuseQueryCredentials()', options, QUERY_CREDENTIAL_OPTION_CHECKS);
   const { keyStore, onSecurityEvent } = options;

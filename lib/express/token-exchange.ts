@@ -37,17 +37,17 @@ export interface KeyPairOptions {
   authFailures?: Pick<AuthFailureLimiter, 'queueAttempt'>;
 }
 
+const KEY_PAIR_OPTION_CHECKS: OptionChecks<KeyPairOptions> = {
+  ...KEY_PAIR_RESOLVER_CHECKS,
+  authFailures: authFailuresWith('queueAttempt'),
+};
+
 /**
  * Reads `{"api_key", "api_secret"}` (a JSON object with two non-empty strings, else 400) and sets
  * `req.auth` from the key pair. A wrong pair, an unknown or a revoked key: the same 401
  * `invalid_credentials`, in the same time. Mount a JSON body parser before it. Synchronous from the
  * budget check to the comparison and its count.
  */
-const KEY_PAIR_OPTION_CHECKS: OptionChecks<KeyPairOptions> = {
-  ...KEY_PAIR_RESOLVER_CHECKS,
-  authFailures: authFailuresWith('queueAttempt'),
-};
-
 export function authenticateKeyPair(options: KeyPairOptions): RequestHandler {
   checkOptions('authenticateKeyPair()', options, KEY_PAIR_OPTION_CHECKS);
   const { authFailures, ...resolverOptions } = options;
@@ -58,11 +58,11 @@ export interface IssueTokenOptions {
   tokens: TokenService;
 }
 
-/** Answers `200 {"token", "token_type": "Bearer", "expires_in"}` for the key pair in `req.auth`. */
 const ISSUE_TOKEN_OPTION_CHECKS: OptionChecks<IssueTokenOptions> = {
   tokens: required(TOKEN_SERVICE),
 };
 
+/** Answers `200 {"token", "token_type": "Bearer", "expires_in"}` for the key pair in `req.auth`. */
 export function issueToken(options: IssueTokenOptions): RequestHandler {
   checkOptions('issueToken()', options, ISSUE_TOKEN_OPTION_CHECKS);
   const { tokens } = options;

@@ -2,7 +2,7 @@ import cors from 'cors';
 import type { ErrorRequestHandler, Request, RequestHandler, Response } from 'express';
 import {
   type CompiledPolicy,
-  createGate,
+  buildGate,
   type Decision,
   type Gate,
   type GateOptions,
@@ -129,7 +129,7 @@ export function tollgate<S extends Scopes>(
 ): Tollgate<keyof S & string> {
   checkOptions('tollgate()', options, TOLLGATE_OPTION_CHECKS);
   const { logger, ...gateOptions } = options;
-  const gate = createGate(gateOptions, 'tollgate()');
+  const gate = buildGate(gateOptions, 'tollgate()');
   const scopeNames = Object.keys(options.scopes);
   const protectChecks: OptionChecks<ProtectOptions> = {
     ...routePolicyChecks(scopeNames),

@@ -29,7 +29,6 @@ export interface KeyStoreLimitOptions {
   readonly permissions?: readonly string[];
 }
 
-/** An immutable, indexed set of key records. */
 /** The rule of each option a key store takes about the gate's scopes and permissions. */
 export const KEY_STORE_LIMIT_OPTION_CHECKS: OptionChecks<KeyStoreLimitOptions> = {
   limitScopes: check(
@@ -41,6 +40,7 @@ export const KEY_STORE_LIMIT_OPTION_CHECKS: OptionChecks<KeyStoreLimitOptions> =
   permissions: isStringList,
 };
 
+/** An immutable, indexed set of key records. */
 export class KeyRing implements KeyStore, KeyDirectory {
   private readonly index = new KeyIndex();
 

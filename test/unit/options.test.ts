@@ -240,7 +240,7 @@ const CASES: readonly Case[] = [
   {
     where: 'createAuthFailureLimiter()',
     call: (options) => {
-      createAuthFailureLimiter(options as never).store.shutdown();
+      createAuthFailureLimiter(options as never).shutdown();
     },
     valid: { limit: 5 },
     misspelt: 'limt',
