@@ -1,15 +1,9 @@
-import {
-  checkOptions,
-  isFunction,
-  isString,
-  LIMITER_REDIS,
-  type OptionChecks,
-  wholeNumber,
-} from '../options';
+import { checkOptions, type OptionChecks, wholeNumber } from '../options';
 import { ipKeyGenerator } from 'express-rate-limit';
 import { TollgateError, RateLimitedError } from '../errors';
 import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './window';
 import { AdmissionStore, type LocalCounters } from './admission-store';
+import { SHARED_COUNTER_OPTION_CHECKS } from './tollgate-store';
 
 /**
  * Throttles credential guessing: wrong keys, pairs and tokens (401) and whitelist
@@ -103,13 +97,10 @@ interface Window {
 }
 
 const AUTH_FAILURE_LIMITER_OPTION_CHECKS: OptionChecks<AuthFailureLimiterOptions> = {
+  ...SHARED_COUNTER_OPTION_CHECKS,
   limit: wholeNumber(1),
   windowMs: wholeNumber(1000),
-  redis: LIMITER_REDIS,
-  prefix: isString,
-  expectedInstances: wholeNumber(1),
   maxTrackedIps: wholeNumber(1),
-  now: isFunction,
 };
 
 export function createAuthFailureLimiter(

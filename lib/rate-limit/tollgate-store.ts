@@ -35,7 +35,8 @@ export interface TollgateStoreOptions {
   readonly now?: (() => number) | undefined;
 }
 
-const TOLLGATE_STORE_OPTION_CHECKS: OptionChecks<TollgateStoreOptions> = {
+/** The options of a counter that may be shared through Redis, as every limiter of the kit takes them. */
+export const SHARED_COUNTER_OPTION_CHECKS: OptionChecks<TollgateStoreOptions> = {
   redis: LIMITER_REDIS,
   prefix: isString,
   expectedInstances: wholeNumber(1),
@@ -70,7 +71,7 @@ export class TollgateStore implements Store {
   private readonly now: () => number;
 
   constructor(private readonly options: TollgateStoreOptions = {}) {
-    checkOptions('TollgateStore', options, TOLLGATE_STORE_OPTION_CHECKS);
+    checkOptions('TollgateStore', options, SHARED_COUNTER_OPTION_CHECKS);
     this.prefix = options.prefix ?? DEFAULT_PREFIX;
     this.now = options.now ?? Date.now;
   }
