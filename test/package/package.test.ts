@@ -16,7 +16,7 @@ import { promisify } from 'node:util';
 import { generateKey, sha256 } from '../../lib';
 
 /**
- * The kit as users get it (issues 7 and 14): `npm pack` on this checkout (its `prepack` builds),
+ * The kit as users get it: `npm pack` on this checkout (its `prepack` builds),
  * the tarball installed into throwaway apps on Express 5 and on Express 4, written in CommonJS,
  * in ESM and in TypeScript (`node16` resolution, type-checked), each protecting a route with one
  * `protect()` call and answered over real HTTP. The npm registry must be reachable: nothing skips.
@@ -157,6 +157,61 @@ const ENTRIES = ${JSON.stringify(PACKAGE_ENTRIES)};
 const entries = {};
 for (const entry of ENTRIES) entries[entry] = Object.keys(await import(entry)).filter((name) => name !== 'default').sort();
 console.log(JSON.stringify(entries));
+`,
+  // Wrong calls a JavaScript user makes, each caught and printed as { label: message }; then one
+  // request to an app whose chain is mounted out of order, with no logger anywhere.
+  'misuse.cjs': `
+const http = require('node:http');
+const express = require('express');
+const { KeyRing, TokenService, tollgate } = require('tollgate');
+const { authenticate, errorHandler, requireRole, requireWhitelistedIp } = require('tollgate/express');
+const keyStore = KeyRing.fromDocument(JSON.parse(process.env.KEYS_DOCUMENT));
+const secret = 'package-test-token-secret-0123456789abcdef';
+const gate = tollgate({ keyStore, scopes: { orders: { limit: 10, per: 'account' } } });
+const calls = {
+  whitelst: () => requireWhitelistedIp({ whitelst: ['10.0.0.0/8'] }),
+  method: () => gate.cors({ method: ['POST'] }),
+  ttl: () => new TokenService({ secret, ttl: 60 }),
+  windowMs: () => tollgate({ keyStore, scopes: { orders: { limit: 10, windowMs: 1000 } } }),
+  keystore: () => authenticate({ keystore: keyStore }),
+  protectNothing: () => gate.protect(),
+  tokenExchangeNothing: () => gate.tokenExchange(),
+  scopes: () => tollgate({ keyStore }),
+  limit: () => gate.protect({ accept: ['secret'] }),
+  limt: () => gate.tokenExchange({ limt: 'orders' }),
+};
+const messages = {};
+for (const [label, call] of Object.entries(calls)) {
+  try {
+    call();
+    messages[label] = 'no error';
+  } catch (error) {
+    messages[label] = error.constructor.name + ': ' + error.message;
+  }
+}
+const app = express();
+app.use(gate.context());
+// A list given as a route's ipWhitelist is that route's own whitelist.
+app.get('/listed', gate.protect({ accept: ['secret'], ipWhitelist: ['10.0.0.0/8'], limit: 'orders' }), (req, res) => res.json({}));
+app.get('/mis-mounted', requireRole('level-1'), (req, res) => res.json({}));
+app.use(errorHandler());
+const statusOf = (port, path) =>
+  new Promise((resolve) => {
+    const headers = { Authorization: 'Bearer ' + process.env.SECRET };
+    http.get({ host: '127.0.0.1', port, path, headers }, (res) => {
+      let body = '';
+      res.on('data', (chunk) => (body += chunk));
+      res.on('end', () => resolve(res.statusCode + ' ' + JSON.parse(body).code));
+    });
+  });
+const server = app.listen(0, '127.0.0.1', async () => {
+  const port = server.address().port;
+  const listed = await statusOf(port, '/listed');
+  const misMounted = await statusOf(port, '/mis-mounted');
+  console.log(JSON.stringify({ messages, listed, misMounted }));
+  server.close();
+  gate.close();
+});
 `,
   'tsconfig.json': JSON.stringify({
     compilerOptions: {
@@ -355,6 +410,40 @@ describe('the packed kit, installed into fresh apps', () => {
       expect(required?.['tollgate/core']).toContain('createGate');
     },
   );
+
+  it('a wrong option throws when called, naming it; a misconfiguration without a logger is written to stderr', async () => {
+    const dir = appDirs.get('Express 5') ?? '';
+    const { stdout, stderr } = await run(process.execPath, ['misuse.cjs'], {
+      cwd: dir,
+      env: { PATH: process.env.PATH, KEYS_DOCUMENT, SECRET: KEYS.level2.secret },
+    });
+    const { messages, listed, misMounted } = JSON.parse(stdout) as {
+      messages: Record<string, string>;
+      listed: string;
+      misMounted: string;
+    };
+    const expected: Record<string, RegExp> = {
+      whitelst: /ConfigurationError: requireWhitelistedIp\(\): unknown option "whitelst"/,
+      method: /ConfigurationError: cors\(\): unknown option "method"/,
+      ttl: /ConfigurationError: TokenService: unknown option "ttl"/,
+      windowMs: /ConfigurationError: tollgate\(\): .*unknown option "windowMs"/,
+      keystore: /ConfigurationError: authenticate\(\): unknown option "keystore"/,
+      protectNothing: /ConfigurationError: protect\(\): expected an options object/,
+      tokenExchangeNothing: /ConfigurationError: tokenExchange\(\): expected an options object/,
+      scopes: /ConfigurationError: tollgate\(\): scopes is required/,
+      limit: /ConfigurationError: protect\(\): limit is required .*orders/,
+      limt: /ConfigurationError: tokenExchange\(\): unknown option "limt"/,
+    };
+    expect(Object.keys(messages)).toEqual(Object.keys(expected));
+    for (const [label, pattern] of Object.entries(expected)) {
+      expect(`${label}: ${messages[label] ?? ''}`).toMatch(
+        new RegExp(`^${label}: ${pattern.source}`),
+      );
+    }
+    expect(listed).toBe('403 ip_not_whitelisted');
+    expect(misMounted).toBe('500 internal_error');
+    expect(stderr).toMatch(/\(node:\d+\) \[TOLLGATE_[A-Z_]+\] .*requireRole/);
+  });
 
   it('the installed tollgate-keys runs: its usage, a keys file, and without pg one line for a database', async () => {
     const dir = appDirs.get('Express 5') ?? '';
