@@ -63,8 +63,8 @@ import { AdmissionStore } from '../rate-limit/admission-store';
  *    comparison of the credential, so no concurrent request slips a guess past a spent budget;
  * 3. the credential, against the key store as it is now (revocations and role changes apply to
  *    tokens already issued);
- * 4. the account's IP whitelist (a refusal counts against the budget), then the route's role, then
- *    its permission, which a restricted key must hold (publishable keys, which only
+ * 4. the account's IP whitelist, then the route's own address list when it has one (a refusal by
+ *    either counts against the budget), then the route's role, then its permission, which a restricted key must hold (publishable keys, which only
  *    browser-safe routes take, are never restricted);
  * 5. the limits, all or nothing in one store call: a publishable key's cap per client IP
  *    (counted per account and IP) and the route's scope; a refusal by one

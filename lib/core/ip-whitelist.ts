@@ -45,7 +45,7 @@ export class IpWhitelist {
     const ranges = entries.map((entry: unknown, index) => {
       const parsed = parseCidrEntry(entry);
       if ('error' in parsed) {
-        throw new ConfigurationError(`${where}[${index}] ${JSON.stringify(entry)} ${parsed.error}`);
+        throw new ConfigurationError(`${where}[${index}] ${shownEntry(entry)}${parsed.error}`);
       }
       return parsed;
     });
@@ -117,4 +117,16 @@ export class WhitelistParser {
     }
     return list;
   }
+}
+
+/**
+ * A bad entry as an error message may show it: quoted when it is made of the characters of an
+ * address or a range (spaces included), left out otherwise, since a string of another shape may be
+ * a secret pasted into the wrong field.
+ */
+function shownEntry(entry: unknown): string {
+  if (typeof entry === 'string') {
+    return /^[0-9A-Fa-f:./% ]{1,64}$/.test(entry) ? `${JSON.stringify(entry)} ` : '';
+  }
+  return typeof entry === 'object' && entry !== null ? '' : `${String(entry)} `;
 }

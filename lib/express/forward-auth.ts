@@ -109,6 +109,8 @@ export function forwardAuthDoor(
           );
         }
       }
+      // Compiled whatever it accepts, so every route's options are checked.
+      const compiled = gate.policy({ id: path, ...policy });
       return {
         method,
         path,
@@ -117,7 +119,7 @@ export function forwardAuthDoor(
         value:
           policy.accept === 'key-pair'
             ? { kind: 'token-exchange' }
-            : { kind: 'policy', policy: gate.policy({ id: path, ...policy }) },
+            : { kind: 'policy', policy: compiled },
       };
     }),
     options.parameterPattern,

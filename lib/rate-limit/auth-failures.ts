@@ -63,7 +63,11 @@ export interface AuthFailureLimiter {
   record(req: BudgetClient, error: unknown): boolean;
   /** Error handler calling `record()`, for the individual middlewares. */
   readonly recordFailure: BudgetErrorHandler;
-  /** Stops the timers of the limit engine the failures are told to; counts kept in Redis stay. */
+  /**
+   * Stops the timers of the limit engine `createAuthFailureLimiter()` made for it; counts kept in
+   * Redis stay. The budget of a gate shares the gate's engine, which `close()` stops: there this
+   * does nothing.
+   */
   shutdown(): void;
 }
 
@@ -113,7 +117,10 @@ export function createAuthFailureLimiter(
     expectedInstances: options.expectedInstances,
     now: options.now,
   });
-  return authFailureLimiterOn(store, options);
+  const shutdown = (): void => {
+    store.shutdown();
+  };
+  return { ...authFailureLimiterOn(store, options), shutdown };
 }
 
 /**
@@ -273,9 +280,8 @@ export function authFailureLimiterOn(
     next(error);
   };
 
-  const shutdown = (): void => {
-    store.shutdown();
-  };
+  // The engine is the caller's (the gate's, shared with its scopes): the caller stops it.
+  const shutdown = (): void => undefined;
 
   return { guard, refusalFor, attempt, queueAttempt, record, recordFailure, shutdown };
 }

@@ -60,6 +60,9 @@ interface Uncounted {
   resetAt: number;
 }
 
+/** The shortest window the engine counts: its clock and its Redis keys' expiry are in seconds. */
+const MIN_WINDOW_MS = 1000;
+
 /** Keys with uncounted refusals remembered at most; the oldest goes first. */
 const MAX_UNCOUNTED_KEYS = 100_000;
 
@@ -80,6 +83,11 @@ export class TollgateStore implements Store {
     if (typeof options.limit !== 'number') {
       throw new ConfigurationError(
         'TollgateStore: limit must be a number: the store decides when it counts, so it needs the limit then',
+      );
+    }
+    if (!Number.isInteger(options.windowMs) || options.windowMs < MIN_WINDOW_MS) {
+      throw new ConfigurationError(
+        `TollgateStore: windowMs must be a whole number of milliseconds, at least ${MIN_WINDOW_MS}`,
       );
     }
     this.engine?.store.shutdown();

@@ -19,13 +19,21 @@ function parseError(entries: unknown, where?: string): ConfigurationError {
 describe('IpWhitelist.parse', () => {
   it.each([
     [['10.0.0.0/8', '10.0.0.0/33'], 'ipWhitelist[1] "10.0.0.0/33"'],
-    [['garbage'], 'ipWhitelist[0] "garbage"'],
+    [['10.0.0.256'], 'ipWhitelist[0] "10.0.0.256"'],
     [['127.0.0.1', '2001:db8::/32', ' 10.0.0.0/8'], 'ipWhitelist[2] " 10.0.0.0/8"'],
     [['10.0.0.1/8'], 'ipWhitelist[0] "10.0.0.1/8"'],
     [[null], 'ipWhitelist[0] null'],
     [['::/0'], 'ipWhitelist[0] "::/0"'],
   ])('refuses %p with a message naming the index and the entry', (entries, naming) => {
     expect(parseError(entries).message.startsWith(naming)).toBe(true);
+  });
+
+  it('names only the index of an entry that is not address-shaped: it may be a secret in the wrong place', () => {
+    const secret = 'sk_test_KDMsWZsknFzS04LZbhkmsnnAUGh9HzfP_1pGNph';
+    const message = parseError(['10.0.0.0/8', secret]).message;
+    expect(message.startsWith('ipWhitelist[1] ')).toBe(true);
+    expect(message).not.toContain('sk_test');
+    expect(parseError(['garbage']).message).not.toContain('garbage');
   });
 
   it('names the place it was given', () => {

@@ -528,6 +528,11 @@ describe('the messages a new user meets', () => {
     );
   });
 
+  it('forwardAuth() checks a token-exchange route as it checks every other', () => {
+    const route = { method: 'POST', path: '/auth/token', accept: 'key-pair', limt: 'orders' };
+    expect(() => gate.forwardAuth({ routes: [route] } as never)).toThrow(/unknown option "limt"/);
+  });
+
   it('tollgate() without scopes says so', () => {
     expect(() => tollgate({ keyStore } as never)).toThrow(
       'tollgate(): scopes is required (an object of scopes, { orders: { limit: 100 } })',

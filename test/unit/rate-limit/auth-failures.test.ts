@@ -5,7 +5,11 @@ import {
   InsufficientRoleError,
   RateLimitedError,
 } from '../../../lib/errors';
-import { createAuthFailureLimiter } from '../../../lib/rate-limit/auth-failures';
+import { AdmissionStore } from '../../../lib/rate-limit/admission-store';
+import {
+  authFailureLimiterOn,
+  createAuthFailureLimiter,
+} from '../../../lib/rate-limit/auth-failures';
 
 /**
  * The failed-authentication budget counting in memory: check, comparison and
@@ -175,5 +179,18 @@ describe('createAuthFailureLimiter, counting in memory', () => {
   it('refuses a limit that is not a whole number of at least 1', () => {
     expect(() => createAuthFailureLimiter({ limit: 0 })).toThrow(/limit/);
     expect(() => createAuthFailureLimiter({ limit: 1.5 })).toThrow(/limit/);
+  });
+});
+
+describe('the budget on an engine it shares', () => {
+  it("leaves the engine's counts and timers to its owner: shutdown() stops nothing", async () => {
+    const store = new AdmissionStore({ windowMs: 60_000 });
+    const counter = store.countersFor('shared:');
+    const request = { counter, key: 'account:{acct}', limit: 1, enforced: true };
+    expect((await store.admit([request])).refusedAt).toBe(-1);
+    authFailureLimiterOn(store, { limit: 5 }).shutdown();
+    // The scope's count survived: the second request is refused, not admitted into a fresh window.
+    expect((await store.admit([request])).refusedAt).toBe(0);
+    store.shutdown();
   });
 });

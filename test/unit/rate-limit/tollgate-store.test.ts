@@ -131,6 +131,12 @@ describe('TollgateStore methods', () => {
     await expect(store.increment('client')).rejects.toThrow(/not initialised/);
   });
 
+  it('refuses a window under one second, naming itself: the engine counts whole seconds', () => {
+    expect(() => {
+      storeOf().init({ windowMs: 500, limit: 1 } as Options);
+    }).toThrow(/^TollgateStore: windowMs must be a whole number of milliseconds, at least 1000$/);
+  });
+
   it('answers the count with this request: above the limit when refused', async () => {
     const store = started();
     const totals = [];
