@@ -10,8 +10,7 @@ import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
  * element, field value or key is cut out by counting brackets outside strings and given to
  * `JSON.parse`, which checks its grammar. Why by hand: on a file of a million keys this walk is
  * faster than `JSON.parse` of the whole text in a small fraction of its heap, and several times
- * faster than the streaming parsers `@streamparser/json` and `stream-json` (figures in
- * BENCHMARKS.md).
+ * faster than the streaming parsers `@streamparser/json` and `stream-json`.
  */
 
 /** The document is not JSON. */
