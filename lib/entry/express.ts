@@ -42,5 +42,6 @@ export {
   type BudgetClient,
   type BudgetMiddleware,
   type BudgetErrorHandler,
+  type BudgetNext,
   type AttemptCallback,
 } from '../rate-limit/auth-failures';

@@ -33,8 +33,18 @@ import {
 } from './ring-sources';
 import { permissionNames, PermissionSets } from '../core/permissions';
 import * as admin from './pg-key-admin';
-import type * as views from './pg-key-views';
-import type { MigrationResult } from './pg-key-views';
+import type {
+  AccountView,
+  AccountWithKeys,
+  CreateKeyOptions,
+  KeyChanges,
+  KeyView,
+  KeysDocument,
+  NewKey,
+  RollOptions,
+  RollResult,
+  MigrationResult,
+} from './pg-key-views';
 import { migrate } from './pg-schema';
 import { assertMigrated } from './pg-schema';
 
@@ -641,31 +651,31 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
 
   // The write API (see pg-key-admin.ts). Each resolves once the change is in this instance's ring.
 
-  createAccount(id: unknown, ipWhitelist?: unknown, limits?: unknown): Promise<views.AccountView> {
+  createAccount(id: unknown, ipWhitelist?: unknown, limits?: unknown): Promise<AccountView> {
     return this.written(admin.createAccount(this.pool, id, ipWhitelist, limits, this.limitScopes));
   }
 
   /** Sets an account's limit overrides; `null` puts every scope back at its default. */
-  setLimits(accountId: unknown, limits: unknown): Promise<views.AccountView> {
+  setLimits(accountId: unknown, limits: unknown): Promise<AccountView> {
     return this.written(admin.setLimits(this.pool, accountId, limits, this.limitScopes));
   }
 
-  setIpWhitelist(accountId: unknown, entries: unknown): Promise<views.AccountView> {
+  setIpWhitelist(accountId: unknown, entries: unknown): Promise<AccountView> {
     return this.written(admin.setIpWhitelist(this.pool, accountId, entries));
   }
 
-  createKey(accountId: unknown, options: views.CreateKeyOptions = {}): Promise<views.NewKey> {
+  createKey(accountId: unknown, options: CreateKeyOptions = {}): Promise<NewKey> {
     return this.written(
       admin.createKey(this.pool, accountId, options, this.environment, this.permissionNames),
     );
   }
 
-  setRole(keyId: unknown, role: unknown): Promise<views.KeyView> {
+  setRole(keyId: unknown, role: unknown): Promise<KeyView> {
     return this.written(admin.setRole(this.pool, keyId, role));
   }
 
   /** Sets a key's permissions; `null` lifts the restriction. */
-  setPermissions(keyId: unknown, permissions: unknown): Promise<views.KeyView> {
+  setPermissions(keyId: unknown, permissions: unknown): Promise<KeyView> {
     if (permissions === undefined) {
       return Promise.reject(
         new InvalidRequestError('permissions: a list of permissions, or null for no restriction'),
@@ -675,19 +685,15 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   /** Changes a key's role, its permissions, or both, in one write. */
-  updateKey(keyId: unknown, changes: views.KeyChanges): Promise<views.KeyView> {
+  updateKey(keyId: unknown, changes: KeyChanges): Promise<KeyView> {
     return this.written(admin.updateKey(this.pool, keyId, changes, this.permissionNames));
   }
 
-  roll(
-    keyId: unknown,
-    graceSeconds: unknown,
-    options: views.RollOptions = {},
-  ): Promise<views.RollResult> {
+  roll(keyId: unknown, graceSeconds: unknown, options: RollOptions = {}): Promise<RollResult> {
     return this.written(admin.roll(this.pool, keyId, graceSeconds, options, this.environment));
   }
 
-  revoke(keyId: unknown): Promise<views.KeyView> {
+  revoke(keyId: unknown): Promise<KeyView> {
     return this.written(admin.revoke(this.pool, keyId));
   }
 
@@ -697,17 +703,17 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
     );
   }
 
-  export(): Promise<views.KeysDocument> {
+  export(): Promise<KeysDocument> {
     return admin.exportDocument(this.pool);
   }
 
   /** One account as the database holds it, read by its id; `undefined` when there is none. */
-  findAccount(accountId: string): Promise<views.AccountView | undefined> {
+  findAccount(accountId: string): Promise<AccountView | undefined> {
     return admin.findAccount(this.pool, accountId);
   }
 
   /** Every account and key as the database holds them, `last_used_at` included. */
-  listAccounts(): Promise<views.AccountWithKeys[]> {
+  listAccounts(): Promise<AccountWithKeys[]> {
     return admin.listAccounts(this.pool);
   }
 

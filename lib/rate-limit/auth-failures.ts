@@ -78,15 +78,15 @@ export interface BudgetClient {
 }
 
 /** `next` of a middleware. */
-type Next = (error?: unknown) => void;
+export type BudgetNext = (error?: unknown) => void;
 /** An Express (4 or 5) middleware, typed without Express: the core never imports it. */
-export type BudgetMiddleware = (req: BudgetClient, res: unknown, next: Next) => void;
+export type BudgetMiddleware = (req: BudgetClient, res: unknown, next: BudgetNext) => void;
 /** An Express error handler, typed without Express. */
 export type BudgetErrorHandler = (
   error: unknown,
   req: BudgetClient,
   res: unknown,
-  next: Next,
+  next: BudgetNext,
 ) => void;
 
 export type AttemptCallback<T> = (error: unknown, value: T | undefined) => void;
