@@ -13,7 +13,7 @@ import {
   required,
   wholeNumber,
 } from '../options';
-import type { LimiterRedis } from '../rate-limit/window';
+import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from '../rate-limit/window';
 import {
   AdmissionStore,
   type CounterRequest,
@@ -26,8 +26,8 @@ import type { AuthContext } from '../types';
 export type AccountLimits = Readonly<Record<string, number>>;
 
 /**
- * The limit scopes of the decision core: fixed windows counted all-or-nothing in an
- * `AdmissionStore` (one Redis script call per request while Redis is usable, process memory
+ * The limit scopes of the decision core: rolling windows per account and fixed windows per client
+ * IP, counted all-or-nothing in an `AdmissionStore` (one Redis script call per request while Redis is usable, process memory
  * otherwise), with the IETF draft-8 `RateLimit` headers and a `Retry-After` never earlier than
  * the real reset. Each request carries its own limit: the account's override, else the scope's.
  *
@@ -43,6 +43,13 @@ export type ScopeKey = 'account' | 'ip';
 export interface ScopeDefinition {
   /** Requests admitted per window. */
   readonly limit: number;
+  /**
+   * The window in ms, from 1 000 (a second) to 86 400 000 (a day). Defaults to the gate's
+   * `windowMs` (60 000). A per-account scope's window rolls: no span of this length ever admits
+   * more than `limit`. A per-IP scope counts fixed windows, each starting at the address's first
+   * request.
+   */
+  readonly window?: number;
   /** Defaults to `'account'`. */
   readonly per?: ScopeKey;
 }
@@ -81,6 +88,7 @@ export interface Admission {
 /** The rule of each field of a scope's definition. */
 export const SCOPE_DEFINITION_CHECKS: OptionChecks<ScopeDefinition> = {
   limit: required(wholeNumber(1)),
+  window: wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS),
   per: oneOf(['account', 'ip']),
 };
 
@@ -89,6 +97,7 @@ export const SCOPE_NAME_PATTERN = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 export interface ScopeCounterOptions {
   readonly name: string;
   readonly definition: ScopeDefinition;
+  /** The window of a definition without its own. */
   readonly windowMs: number;
   readonly prefix: string;
   readonly redis: LimiterRedis | undefined;
@@ -124,7 +133,7 @@ export class ScopeCounter {
 
   constructor(options: ScopeCounterOptions) {
     checkOptions('ScopeCounter', options, SCOPE_COUNTER_OPTION_CHECKS);
-    const { name, definition, windowMs } = options;
+    const { name, definition } = options;
     if (!SCOPE_NAME_PATTERN.test(name)) {
       throw new ConfigurationError(
         `scope ${JSON.stringify(name)}: name must match ${SCOPE_NAME_PATTERN}`,
@@ -132,6 +141,7 @@ export class ScopeCounter {
     }
     checkOptions(`scope ${name}`, definition, SCOPE_DEFINITION_CHECKS);
     const per = definition.per ?? 'account';
+    const windowMs = definition.window ?? options.windowMs;
     this.name = name;
     this.limit = definition.limit;
     this.per = per;
@@ -145,7 +155,10 @@ export class ScopeCounter {
         expectedInstances: options.expectedInstances,
         now: options.now,
       });
-    this.counters = this.store.countersFor(`${options.prefix}${name}:`);
+    this.counters = this.store.countersFor(`${options.prefix}${name}:`, {
+      windowMs,
+      rolling: per === 'account',
+    });
   }
 
   /** The limit of this scope for this request: the account's own, else the scope's. */

@@ -12,14 +12,17 @@ import {
   CompactMemoryStore,
   type CounterReading,
 } from './compact-memory-store';
+import { ADMIT_SCRIPT, DECREMENT_SCRIPT, READ_SCRIPT } from './admission-scripts';
 import { type RedisCommandFn, type RedisReply, redisCommandFn, scriptSha1 } from './redis-commands';
 import type { RedisHealth } from './redis-health';
-import type { LimiterRedis } from './window';
+import { type LocalWindows, RollingWindows } from './rolling-windows';
+import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
 
 /**
- * All-or-nothing admission over several fixed-window counters: a request is
- * admitted only if every enforced counter it meets has room, and then counts once in each; a
- * refused request counts nowhere, so every counter equals the requests it admitted.
+ * All-or-nothing admission over several counters, each a rolling or a fixed window of its own
+ * length (see `admission-scripts.ts`): a request is admitted only if every enforced counter it
+ * meets has room, and then counts once in each; a refused request counts nowhere, so every
+ * counter holds exactly the requests it admitted.
  *
  * - In Redis: one script call (`EVALSHA`, `EVAL` once after `NOSCRIPT`) per request, through the
  *   limiter's `CommandBatch`, so the commands of one event-loop turn still leave in one socket
@@ -27,10 +30,10 @@ import type { LimiterRedis } from './window';
  *   none. The keys of one call must share a Cluster hash slot: the caller tags them
  *   (`account:{id}`).
  * - In memory (no Redis, or Redis unusable): the same check in one synchronous step over each
- *   scope's `CompactMemoryStore`; while Redis is unusable the local count is multiplied by
+ *   scope's local windows (`RollingWindows` or `CompactMemoryStore`); while Redis is unusable the local count is multiplied by
  *   `expectedInstances`, so N gateways admit about one limit between them.
- * - Keys seen full (count at their limit) are remembered with that count until their window
- *   resets, and refused without asking Redis while the limit asked for is not above the count:
+ * - Keys seen full (count at their limit) are remembered with that count until they next have
+ *   room (their oldest admission leaves a rolling window; a fixed window ends), and refused without asking Redis while the limit asked for is not above the count:
  *   the limit is the request's own (per-account overrides), never one fixed per scope.
  *
  * Every counter of the kit decides here: the core's scopes (the publishable cap and per-IP scopes
@@ -41,88 +44,55 @@ import type { LimiterRedis } from './window';
  * neither keep a refusal from spending the other limits nor check several limits in one round trip.
  */
 
-/**
- * KEYS: the counters. ARGV[1]: the window in ms; then, per key, its limit and `1` if it is
- * enforced (a shadow counter never refuses). Reads every counter first; when no enforced one is
- * full, counts one in each that has room. Returns `{refused, hits1, ttl1, hits2, ttl2, …}`:
- * `refused` is the 1-based index of the enforced counter that refused, or 0; `hits` is the count
- * with this request, counted or not (above the limit: no room), or the count as it was when
- * another counter refused; `ttl` is the counter's PTTL, negative when it has no window yet.
- */
-export const ADMIT_SCRIPT = `local window = tonumber(ARGV[1])
-local reply = {0}
-local refused = 0
-for i = 1, #KEYS do
-  local ttl = redis.call('PTTL', KEYS[i])
-  local count = 0
-  if ttl >= 0 then count = tonumber(redis.call('GET', KEYS[i])) or 0 end
-  if count >= tonumber(ARGV[2 * i]) then
-    count = count + 1
-    if refused == 0 and ARGV[2 * i + 1] == '1' then refused = i end
-  end
-  reply[2 * i] = count
-  reply[2 * i + 1] = ttl
-end
-if refused == 0 then
-  for i = 1, #KEYS do
-    if reply[2 * i] < tonumber(ARGV[2 * i]) then
-      if reply[2 * i + 1] < 0 then
-        redis.call('SET', KEYS[i], 1, 'PX', window)
-        reply[2 * i + 1] = window
-      else
-        redis.call('INCR', KEYS[i])
-      end
-      reply[2 * i] = reply[2 * i] + 1
-    end
-  end
-end
-reply[1] = refused
-return reply`;
-
-/** KEYS: the counters. Returns `{count1, ttl1, …}`; a counter without a window reads 0 and -2. */
-export const READ_SCRIPT = `local reply = {}
-for i = 1, #KEYS do
-  local ttl = redis.call('PTTL', KEYS[i])
-  local count = 0
-  if ttl >= 0 then count = tonumber(redis.call('GET', KEYS[i])) or 0 end
-  reply[2 * i - 1] = count
-  reply[2 * i] = ttl
-end
-return reply`;
-
-/**
- * KEYS[1]: one counter. Takes back one admission while its window lasts, never below zero and
- * never creating a counter; the window's expiry stays. Returns the count after it.
- */
-export const DECREMENT_SCRIPT = `local count = tonumber(redis.call('GET', KEYS[1]))
-if count == nil or count <= 0 then return 0 end
-return redis.call('DECR', KEYS[1])`;
-
 /** A key seen full: its count then, and when its window resets (ms since epoch). */
 interface Full {
   readonly count: number;
   readonly until: number;
 }
 
+/** How one scope counts. */
+export interface CountersOptions {
+  /** Keys that are this prefix and an IPv4 address are kept as numbers. Defaults to `ip:`. */
+  readonly ipv4KeyPrefix?: string | undefined;
+  /** Defaults to the store's window. */
+  readonly windowMs?: number | undefined;
+  /** A rolling window (exact over any span) rather than a fixed one. Defaults to `false`. */
+  readonly rolling?: boolean | undefined;
+}
+
 /** One scope's counters in this process: the local counts, and the keys seen full. */
 export class LocalCounters {
-  readonly memory: CompactMemoryStore;
+  readonly memory: LocalWindows;
+  /** Put before each key in Redis: `tollgate:rl:payments:`, then `rolling:` for a rolling scope. */
+  readonly prefix: string;
+  /** The script's flags besides `e`: `r` for a rolling window. */
+  readonly flags: string;
+  readonly windowArg: string;
   private readonly full = new Map<CompactKey, Full>();
+  private readonly ipv4KeyPrefix: string;
 
   constructor(
-    /** Put before each key in Redis: `tollgate:rl:payments:`. */
-    readonly prefix: string,
-    windowMs: number,
+    prefix: string,
+    readonly windowMs: number,
+    readonly rolling: boolean,
     private readonly maxFullKeys: number,
     private readonly now: () => number,
-    /** Keys that are this prefix and an IPv4 address are kept as numbers (`compactKey()`). */
-    private readonly ipv4KeyPrefix = 'ip:',
+    ipv4KeyPrefix = 'ip:',
   ) {
-    this.memory = new CompactMemoryStore({ now, ipv4KeyPrefix });
-    this.memory.init({ windowMs });
+    this.prefix = rolling ? `${prefix}rolling:` : prefix;
+    this.flags = rolling ? 'r' : '';
+    this.windowArg = String(windowMs);
+    this.ipv4KeyPrefix = ipv4KeyPrefix;
+    if (rolling) {
+      this.memory = new RollingWindows({ windowMs, now });
+    } else {
+      const memory = new CompactMemoryStore({ now, ipv4KeyPrefix });
+      memory.init({ windowMs });
+      this.memory = memory;
+    }
   }
 
-  /** When `key` is known to have no room under `limit`: the time its window resets. */
+  /** When `key` is known to have no room under `limit`: the time it next has room. */
   fullUntil(key: string, limit: number): number | undefined {
     const compact = compactKey(key, this.ipv4KeyPrefix);
     const seen = this.full.get(compact);
@@ -169,6 +139,8 @@ export interface CounterRequest {
 export interface AdmissionOutcome {
   /** The index of the enforced request that refused, or -1 when the request is admitted. */
   readonly refusedAt: number;
+  /** Redis's clock (ms) when the script decided with a rolling window; else `undefined`. */
+  readonly decidedAt?: number | undefined;
   /**
    * Per request, its hits and reset. Hits: the count with this request, counted or not (above
    * the limit: it had no room), or the count as it was when another counter refused. When refused
@@ -178,6 +150,7 @@ export interface AdmissionOutcome {
 }
 
 export interface AdmissionStoreOptions {
+  /** The window of the counters that do not set their own. */
   readonly windowMs: number;
   readonly redis?: LimiterRedis | undefined;
   /** Gateway instances expected to share the limits, used while Redis is unusable. Defaults to 1. */
@@ -198,7 +171,7 @@ interface Shared {
 }
 
 const ADMISSION_STORE_OPTION_CHECKS: OptionChecks<AdmissionStoreOptions> = {
-  windowMs: required(wholeNumber(1000)),
+  windowMs: required(wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS)),
   redis: LIMITER_REDIS,
   expectedInstances: wholeNumber(1),
   maxFullKeys: wholeNumber(1),
@@ -207,7 +180,6 @@ const ADMISSION_STORE_OPTION_CHECKS: OptionChecks<AdmissionStoreOptions> = {
 
 export class AdmissionStore {
   private readonly windowMs: number;
-  private readonly windowArg: string;
   private readonly expectedInstances: number;
   private readonly maxFullKeys: number;
   private readonly now: () => number;
@@ -217,7 +189,6 @@ export class AdmissionStore {
   constructor(options: AdmissionStoreOptions) {
     checkOptions('AdmissionStore', options, ADMISSION_STORE_OPTION_CHECKS);
     this.windowMs = options.windowMs;
-    this.windowArg = String(options.windowMs);
     this.expectedInstances = options.expectedInstances ?? 1;
     this.maxFullKeys = options.maxFullKeys ?? DEFAULT_MAX_FULL_KEYS;
     this.now = options.now ?? Date.now;
@@ -235,16 +206,17 @@ export class AdmissionStore {
   }
 
   /**
-   * The counters of one scope, whose Redis keys start with `prefix`. Keys that are
-   * `ipv4KeyPrefix` and an IPv4 address are kept in memory as numbers; `''` for bare addresses.
+   * The counters of one scope, whose Redis keys start with `prefix`: a fixed window of the
+   * store's length unless `options` say otherwise.
    */
-  countersFor(prefix: string, ipv4KeyPrefix = 'ip:'): LocalCounters {
+  countersFor(prefix: string, options: CountersOptions = {}): LocalCounters {
     const counters = new LocalCounters(
       prefix,
-      this.windowMs,
+      options.windowMs ?? this.windowMs,
+      options.rolling ?? false,
       this.maxFullKeys,
       this.now,
-      ipv4KeyPrefix,
+      options.ipv4KeyPrefix,
     );
     this.counters.push(counters);
     return counters;
@@ -261,14 +233,17 @@ export class AdmissionStore {
     if (known >= 0) return { refusedAt: known, readings };
     const reply = await this.call(shared, shared.admitSha, requests, true);
     let refusedAt: number;
+    let decidedAt: number | undefined;
     if (reply === undefined) {
       refusedAt = this.admitLocal(requests, readings, this.expectedInstances);
     } else {
       refusedAt = Number(reply[0]) - 1;
-      this.readReply(reply, 1, readings);
+      const clock = Number(reply[1]);
+      if (clock > 0) decidedAt = clock;
+      this.readReply(reply, 2, requests, readings);
     }
     this.rememberFull(requests, readings);
-    return { refusedAt, readings };
+    return { refusedAt, readings, decidedAt };
   }
 
   /** Reads every counter without counting (Redis when usable, else the local counts). */
@@ -278,7 +253,7 @@ export class AdmissionStore {
     const reply =
       shared === undefined ? undefined : await this.call(shared, shared.readSha, requests, false);
     if (reply !== undefined) {
-      this.readReply(reply, 0, readings);
+      this.readReply(reply, 0, requests, readings);
       return readings;
     }
     this.peekLocal(requests, readings, shared === undefined ? 1 : this.expectedInstances);
@@ -294,7 +269,14 @@ export class AdmissionStore {
     const shared = this.shared;
     const sent =
       shared !== undefined &&
-      (await this.send(shared, 'EVALSHA', shared.decrementSha, '1', counter.prefix + key));
+      (await this.send(
+        shared,
+        'EVALSHA',
+        shared.decrementSha,
+        '1',
+        counter.prefix + key,
+        counter.flags,
+      ));
     if (!sent) counter.memory.decrement(key);
   }
 
@@ -355,6 +337,9 @@ export class AdmissionStore {
       if (request === undefined || reading === undefined) continue;
       if (reading.count + scale > request.limit) {
         reading.count += scale;
+        // Room again once the local count is at most what the scaled limit leaves.
+        const keep = Math.floor(request.limit / scale) - 1;
+        reading.resetAt = request.counter.memory.freeAt(request.key, keep);
         if (refusedAt < 0 && request.enforced) refusedAt = i;
       }
     }
@@ -406,10 +391,16 @@ export class AdmissionStore {
     if (!shared.health.usable) return undefined;
     const args: string[] = [sha, String(requests.length)];
     for (const request of requests) args.push(request.counter.prefix + request.key);
-    if (withLimits) {
-      args.push(this.windowArg);
-      for (const request of requests) {
-        args.push(String(request.limit), request.enforced ? '1' : '0');
+    for (const request of requests) {
+      const { counter } = request;
+      if (withLimits) {
+        args.push(
+          String(request.limit),
+          counter.windowArg,
+          request.enforced ? `e${counter.flags}` : counter.flags,
+        );
+      } else {
+        args.push(counter.windowArg, counter.flags);
       }
     }
     try {
@@ -424,12 +415,18 @@ export class AdmissionStore {
   }
 
   /** `count, ttl` pairs from `from` into `readings`; a counter without a window resets in one. */
-  private readReply(reply: readonly RedisReply[], from: number, readings: CounterReading[]): void {
+  private readReply(
+    reply: readonly RedisReply[],
+    from: number,
+    requests: readonly CounterRequest[],
+    readings: CounterReading[],
+  ): void {
     const now = this.now();
     readings.forEach((reading, index) => {
       const ttl = Number(reply[from + 2 * index + 1]);
+      const windowMs = requests[index]?.counter.windowMs ?? this.windowMs;
       reading.count = Number(reply[from + 2 * index]);
-      reading.resetAt = now + (ttl >= 0 ? ttl : this.windowMs);
+      reading.resetAt = now + (ttl >= 0 ? ttl : windowMs);
     });
   }
 }

@@ -141,7 +141,11 @@ export function authFailureLimiterOn(
   const fleet: LocalCounters | undefined =
     options.redis === undefined
       ? undefined
-      : store.countersFor(`${options.prefix ?? DEFAULT_PREFIX}${NAME}:`, '');
+      : store.countersFor(`${options.prefix ?? DEFAULT_PREFIX}${NAME}:`, {
+          ipv4KeyPrefix: '',
+          windowMs,
+          rolling: true,
+        });
   const policy = `"${NAME}"; q=${limit}; w=${Math.ceil(windowMs / 1000)}`;
   // This instance's own count, by IP: fixed windows with budget left, and the reset time of those
   // whose budget is spent, kept apart so that a flood of single failures from other IPs cannot

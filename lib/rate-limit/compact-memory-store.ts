@@ -189,6 +189,13 @@ export class CompactMemoryStore implements Store {
     into.resetAt = entry.start + this.windowMs;
   }
 
+  /** When the key's count is down to `keep` or fewer: now when it already is, else its reset. */
+  freeAt(key: string, keep: number): number {
+    const reading = { count: 0, resetAt: 0 };
+    this.peek(key, reading);
+    return reading.count > keep ? reading.resetAt : this.now();
+  }
+
   /** Counts one hit, as `increment()`, and writes the count and reset after it into `into`. */
   hit(key: string, into: CounterReading): void {
     const entry = this.entry;

@@ -9,7 +9,7 @@ import {
 import type { ClientRateLimitInfo, IncrementResponse, Options, Store } from 'express-rate-limit';
 import { ConfigurationError } from '../errors';
 import { AdmissionStore, type CounterRequest, type LocalCounters } from './admission-store';
-import { DEFAULT_PREFIX, type LimiterRedis } from './window';
+import { DEFAULT_PREFIX, type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
 
 /**
  * An express-rate-limit `Store` that decides through the kit's limit engine (`AdmissionStore`),
@@ -60,9 +60,6 @@ interface Uncounted {
   resetAt: number;
 }
 
-/** The shortest window the engine counts: its clock and its Redis keys' expiry are in seconds. */
-const MIN_WINDOW_MS = 1000;
-
 /** Keys with uncounted refusals remembered at most; the oldest goes first. */
 const MAX_UNCOUNTED_KEYS = 100_000;
 
@@ -85,9 +82,10 @@ export class TollgateStore implements Store {
         'TollgateStore: limit must be a number: the store decides when it counts, so it needs the limit then',
       );
     }
-    if (!Number.isInteger(options.windowMs) || options.windowMs < MIN_WINDOW_MS) {
+    const { windowMs } = options;
+    if (!Number.isInteger(windowMs) || windowMs < MIN_WINDOW_MS || windowMs > MAX_WINDOW_MS) {
       throw new ConfigurationError(
-        `TollgateStore: windowMs must be a whole number of milliseconds, at least ${MIN_WINDOW_MS}`,
+        `TollgateStore: windowMs must be a whole number of milliseconds from ${MIN_WINDOW_MS} to ${MAX_WINDOW_MS}`,
       );
     }
     this.engine?.store.shutdown();

@@ -4,6 +4,10 @@ import type { RedisHealth } from './redis-health';
 /** Windows, prefixes and the Redis connection shared by every limit of the kit. */
 
 export const DEFAULT_WINDOW_MS = 60_000;
+/** The shortest window: `Retry-After` and the `RateLimit` headers count whole seconds. */
+export const MIN_WINDOW_MS = 1000;
+/** The longest window: a day (rolling windows keep admission times modulo 2^32 ms). */
+export const MAX_WINDOW_MS = 86_400_000;
 export const DEFAULT_PREFIX = 'tollgate:rl:';
 
 /** A shared Redis connection for limiters: the client and the health tracker built on it. */

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
+import { ADMIT_SCRIPT } from '../../../lib/rate-limit/admission-scripts';
 import {
-  ADMIT_SCRIPT,
   AdmissionStore,
   type CounterRequest,
   type LocalCounters,
