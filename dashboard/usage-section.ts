@@ -4,7 +4,7 @@ import { errorText, type Ui } from './ui';
 
 /**
  * An account's per-account limit scopes, read from the counters that decide: what is left in the
- * current window and when it resets; with the database key store, the account's own limit per
+ * last window (it rolls) and when its oldest admission leaves it; with the database key store, the account's own limit per
  * scope (empty: the default) and Save limits.
  */
 export function usageSection(ui: Ui, account: ListedAccountAnswer): HTMLElement {
@@ -129,7 +129,7 @@ function usageTable(
           {},
           h('th', { scope: 'col' }, 'Scope'),
           h('th', { scope: 'col' }, 'Left'),
-          h('th', { scope: 'col' }, 'Resets in'),
+          h('th', { scope: 'col' }, 'Oldest leaves in'),
           inputs !== undefined && h('th', { scope: 'col' }, 'Own limit per minute'),
         ),
       ),

@@ -22,7 +22,7 @@ export interface AccountSources {
 
 /**
  * `GET /admin/v1/accounts/:id/usage`: every per-account scope of the account in the
- * current window, spending nothing. The account's limit overrides come from its keys in force; an
+ * last window (rolling), spending nothing. The account's limit overrides come from its keys in force; an
  * account without keys is found in the database with its overrides, and an unknown one answers 404.
  */
 export function usageHandler(sources: AccountSources, usage: AccountUsage): RequestHandler {

@@ -53,7 +53,7 @@ export interface AccountsAnswer {
   readonly accounts: readonly ListedAccountAnswer[];
 }
 
-/** One per-account scope in the current window. */
+/** One per-account scope over the last window. */
 export interface ScopeUsageAnswer {
   readonly scope: string;
   readonly limit: number;

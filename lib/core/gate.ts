@@ -34,7 +34,13 @@ import {
   authFailureLimiterOn,
   DEFAULT_AUTH_FAILURE_LIMIT,
 } from '../rate-limit/auth-failures';
-import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis } from '../rate-limit/window';
+import {
+  DEFAULT_PREFIX,
+  DEFAULT_WINDOW_MS,
+  type LimiterRedis,
+  MAX_WINDOW_MS,
+  MIN_WINDOW_MS,
+} from '../rate-limit/window';
 import type { RateLimitState } from '../rate-limit/redis-health';
 import { parseRole, type Role, ROLES, roleRank } from './roles';
 import { keyPairResolver } from './key-pair';
@@ -83,9 +89,15 @@ export interface GateOptions<S extends Scopes = Scopes> {
   readonly keyStore: KeyStore;
   /** Verifies tokens; required by policies that accept `'token'` and by the token exchange. */
   readonly tokens?: TokenService | undefined;
-  /** The limit scopes, declared once: `{ orders: { limit: 100, per: 'account' } }`. */
+  /**
+   * The limit scopes, declared once: `{ orders: { limit: 100, per: 'account' } }`, each with its
+   * own `window` if it needs one (`{ limit: 10, window: 1000 }` for ten a second).
+   */
   readonly scopes: S;
-  /** Window of every scope and of the failure budget, in ms. Defaults to 60 000. */
+  /**
+   * Window of the failure budget and of every scope without its own `window`, in ms, from 1 000
+   * to 86 400 000. Defaults to 60 000.
+   */
   readonly windowMs?: number;
   /** Failed authentications allowed per client IP and window. Defaults to 20. */
   readonly authFailureLimit?: number;
@@ -246,7 +258,7 @@ export const GATE_OPTION_CHECKS: OptionChecks<GateOptions> = {
   scopes: required(
     check('an object of scopes, { orders: { limit: 100 } }', (value) => isObject.test(value)),
   ),
-  windowMs: wholeNumber(1000),
+  windowMs: wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS),
   authFailureLimit: wholeNumber(1),
   redis: LIMITER_REDIS,
   redisPrefix: isString,

@@ -68,13 +68,16 @@ export function limitScopesOf(
 
 export type HeaderPair = readonly [name: string, value: string];
 
-/** One per-account scope as an account has used it in the current window. */
+/** One per-account scope as an account has used it in the last window. */
 export interface ScopeUsage {
   readonly scope: string;
   /** The account's limit: its override, else the scope's. */
   readonly limit: number;
   readonly remaining: number;
-  /** Whole seconds until the window resets, rounded up; a whole window when it has not begun. */
+  /**
+   * Whole seconds, rounded up, until the oldest admission in the window leaves it (the count next
+   * goes down); a whole window when there is none.
+   */
   readonly resetSeconds: number;
 }
 
@@ -113,7 +116,7 @@ export interface ScopeCounterOptions {
 const SCOPE_COUNTER_OPTION_CHECKS: OptionChecks<ScopeCounterOptions> = {
   name: required(isString),
   definition: required(isObject),
-  windowMs: required(wholeNumber(1000)),
+  windowMs: required(wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS)),
   prefix: required(isString),
   redis: LIMITER_REDIS,
   expectedInstances: wholeNumber(1),
@@ -300,7 +303,7 @@ export async function admitAll(
 }
 
 /**
- * An account's use of `scopes` (per-account scopes) in the current window, at its own limits,
+ * An account's use of `scopes` (per-account scopes) in the last window, at its own limits,
  * read in one call of `store` without counting.
  */
 export async function readUsage(

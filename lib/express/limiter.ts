@@ -15,6 +15,8 @@ import {
   DEFAULT_PREFIX,
   DEFAULT_WINDOW_MS,
   type LimiterRedis,
+  MAX_WINDOW_MS,
+  MIN_WINDOW_MS,
   retryAfterSeconds,
 } from '../rate-limit/window';
 import { TollgateStore } from '../rate-limit/tollgate-store';
@@ -71,7 +73,7 @@ const RATE_LIMITER_OPTION_CHECKS: OptionChecks<RateLimiterOptions> = {
     ),
   ),
   limit: required(wholeNumber(1)),
-  windowMs: wholeNumber(1000),
+  windowMs: wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS),
   key: check(
     "'account', 'ip' or a function of the request",
     (value) => value === 'account' || value === 'ip' || typeof value === 'function',

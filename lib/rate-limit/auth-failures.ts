@@ -1,14 +1,22 @@
 import { checkOptions, type OptionChecks, wholeNumber } from '../options';
 import { ipKeyGenerator } from 'express-rate-limit';
 import { TollgateError, RateLimitedError } from '../errors';
-import { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis, retryAfterSeconds } from './window';
+import {
+  DEFAULT_PREFIX,
+  DEFAULT_WINDOW_MS,
+  type LimiterRedis,
+  MAX_WINDOW_MS,
+  MIN_WINDOW_MS,
+  retryAfterSeconds,
+} from './window';
 import { AdmissionStore, type LocalCounters } from './admission-store';
 import { SHARED_COUNTER_OPTION_CHECKS } from './tollgate-store';
 
 /**
  * Throttles credential guessing: wrong keys, pairs and tokens (401) and whitelist
  * refusals (403 `ip_not_whitelisted`) are counted per client IP, and an IP whose budget is spent is
- * refused with 429 on every authentication attempt, right or wrong, until its window resets.
+ * refused with 429 on every authentication attempt, right or wrong, until enough of its failures
+ * have left the rolling window: no span of one window holds more than `limit` counted failures.
  *
  * The budget is checked and a failure counted in one synchronous step, at the moment a credential
  * is compared (`attempt()`), in this instance's memory: requests that arrive together (held-back
@@ -95,15 +103,10 @@ export const DEFAULT_AUTH_FAILURE_LIMIT = 20;
 const DEFAULT_MAX_TRACKED_IPS = 100_000;
 const NAME = 'auth-failures';
 
-interface Window {
-  failures: number;
-  resetAt: number;
-}
-
 const AUTH_FAILURE_LIMITER_OPTION_CHECKS: OptionChecks<AuthFailureLimiterOptions> = {
   ...SHARED_COUNTER_OPTION_CHECKS,
   limit: wholeNumber(1),
-  windowMs: wholeNumber(1000),
+  windowMs: wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS),
   maxTrackedIps: wholeNumber(1),
 };
 
@@ -147,21 +150,24 @@ export function authFailureLimiterOn(
           rolling: true,
         });
   const policy = `"${NAME}"; q=${limit}; w=${Math.ceil(windowMs / 1000)}`;
-  // This instance's own count, by IP: fixed windows with budget left, and the reset time of those
-  // whose budget is spent, kept apart so that a flood of single failures from other IPs cannot
-  // evict a spent one. Both in insertion order, which is about reset order.
-  const windows = new Map<string, Window>();
+  // This instance's own count, by IP: the times of its failures still inside the rolling window
+  // (oldest first, at most `limit`), in the order of each IP's newest failure; and, kept apart so
+  // that a flood of single failures from other IPs cannot evict it, when a spent budget next has
+  // room, in about that order.
+  const failures = new Map<string, number[]>();
   const spent = new Map<string, number>();
   // Failures told to Redis and not yet answered, by IP: the IP's next attempt waits for them.
   const pending = new Map<string, Promise<void>>();
   // Errors `attempt()` has counted, so that `recordFailure` does not count them again.
   const counted = new WeakSet<TollgateError>();
 
-  const localWindow = (key: string, at: number): Window | undefined => {
-    const window = windows.get(key);
-    if (window === undefined || window.resetAt > at) return window;
-    windows.delete(key);
-    return undefined;
+  /** The IP's failures still inside the window at `at`, oldest first. */
+  const recentFailures = (key: string, at: number): number[] => {
+    const times = failures.get(key);
+    if (times === undefined) return [];
+    failures.delete(key);
+    while (times.length > 0 && (times[0] ?? 0) + windowMs <= at) times.shift();
+    return times;
   };
 
   /** When the IP's budget is spent: the time it resets; `undefined` while some is left. */
@@ -200,14 +206,15 @@ export function authFailureLimiterOn(
 
   const count = (key: string): void => {
     const at = now();
-    const window = localWindow(key, at) ?? { failures: 0, resetAt: at + windowMs };
-    window.failures += 1;
-    if (window.failures >= limit) {
-      windows.delete(key);
-      remember(spent, key, window.resetAt, at, (resetAt) => resetAt);
-    } else if (window.failures === 1) {
-      remember(windows, key, window, at, (entry) => entry.resetAt);
+    const times = recentFailures(key, at);
+    // Never before the newest, so a clock that steps back cannot reorder them.
+    times.push(Math.max(at, times[times.length - 1] ?? at));
+    if (times.length > limit) times.shift();
+    if (times.length >= limit) {
+      // Room again when the oldest of the last `limit` failures leaves the window.
+      remember(spent, key, (times[0] ?? at) + windowMs, at, (until) => until);
     }
+    remember(failures, key, times, at, (entry) => (entry[entry.length - 1] ?? 0) + windowMs);
     if (fleet !== undefined) tellFleet(fleet, key);
   };
 

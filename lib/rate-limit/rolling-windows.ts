@@ -124,7 +124,8 @@ export class RollingWindows implements LocalWindows {
     const cutoff = now - this.windowMs;
     let budget = SWEEP_PER_HIT;
     for (const [key, ring] of this.rings) {
-      if (this.rings.size < this.maxKeys && (budget-- <= 0 || newest(ring) > cutoff)) break;
+      const live = ring.n > 0 && newest(ring) > cutoff;
+      if (this.rings.size < this.maxKeys && (budget-- <= 0 || live)) break;
       this.rings.delete(key);
     }
   }

@@ -199,3 +199,17 @@ export function redisAvailable(): boolean {
 
 /** `describe` for suites that need Redis: skipped with a notice when none can be had (see above). */
 export const describeWithRedis: jest.Describe = redisAvailable() ? describe : describe.skip;
+
+/**
+ * The admissions a rolling-window key holds as Redis stores it (the ring's header: `r1`, then
+ * big-endian start, n, cap, last), before those that left the window are dropped; 0 when absent.
+ */
+export async function rollingCount(
+  redis: { getBuffer(key: string): Promise<Buffer | null> },
+  key: string,
+): Promise<number> {
+  const ring = await redis.getBuffer(key);
+  if (ring === null) return 0;
+  expect(ring.subarray(0, 2).toString('latin1')).toBe('r1');
+  return ring.readUInt32BE(6);
+}

@@ -19,6 +19,7 @@ import {
   acquireTestRedis,
   describeWithRedis,
   freePort,
+  rollingCount,
   type TestRedis,
   uniquePrefix,
 } from '../helpers/redis';
@@ -287,11 +288,12 @@ describeWithRedis('the rate limiter on a real Redis', () => {
         });
         expect(answer.status).toBe(200);
       }
-      const key = `${gatewayPrefix}payments:account:{acct_open}`;
-      expect(await admin.get(key)).toBe(String(spent));
+      const key = `${gatewayPrefix}payments:rolling:account:{acct_open}`;
+      expect(await rollingCount(admin, key)).toBe(spent);
+      const stored = await admin.getBuffer(key);
       const first = await gateway.app.usage('acct_open');
       const second = await gateway.app.usage('acct_open', { payments: 2000 });
-      expect(await admin.get(key)).toBe(String(spent));
+      expect(await admin.getBuffer(key)).toEqual(stored);
       expect(first.map(({ scope, limit, remaining }) => ({ scope, limit, remaining }))).toEqual([
         { scope: 'payments', limit: 1500, remaining: 1500 - spent },
         { scope: 'authenticated', limit: 100, remaining: 100 },
@@ -366,13 +368,13 @@ describeWithRedis('the rate limiter on a real Redis', () => {
       const written = (await admin.keys(`${gatewayPrefix}*`)).sort();
       expect(written).toEqual(
         [
-          'auth-failures:127.0.0.1',
-          'authenticated:account:{acct_open}',
-          'authenticated:account:{acct_walled}',
+          'auth-failures:rolling:127.0.0.1',
+          'authenticated:rolling:account:{acct_open}',
+          'authenticated:rolling:account:{acct_walled}',
           'checkout-create:ip:127.0.0.1',
           'checkout-read:ip:127.0.0.1',
           'payments-publishable:account:{acct_open}:ip:127.0.0.1',
-          'payments:account:{acct_open}',
+          'payments:rolling:account:{acct_open}',
         ].map((key) => `${gatewayPrefix}${key}`),
       );
       const credentials = Object.values(gateway.fixtures.keys).flatMap((key) => [
@@ -621,25 +623,45 @@ describeWithOwnedRedis('the rate limiter through Redis failures', () => {
       const second = await startOwnedRedis(first.port);
       await waitUntil(() => connection.health.state === 'shared', 5000);
       // Another instance has spent three of each counter: one is left, counted in Redis again.
-      for (const key of [
-        'single:account:after',
-        'scope:ip:198.51.100.3',
-        'auth-failures:198.51.100.3',
-      ]) {
+      for (const key of ['single:account:after', 'scope:ip:198.51.100.3']) {
         await redisCommand(second.port, ['SET', `${prefix}${key}`, '3', 'PX', String(WINDOW_MS)]);
       }
+      const other = createLimiterRedis({ url: second.url });
+      await waitUntil(() => other.health.state === 'shared', 5000);
+      const otherBudget = createAuthFailureLimiter({
+        ...shared,
+        redis: other,
+        limit: 4,
+        windowMs: WINDOW_MS,
+      });
+      for (let n = 0; n < 3; n++) {
+        await new Promise<void>((resolve) => {
+          otherBudget.queueAttempt(
+            { clientIp: '198.51.100.3' },
+            () => {
+              throw new AuthenticationError('invalid_api_key');
+            },
+            () => {
+              resolve();
+            },
+          );
+        });
+      }
+      const watcher = new Redis(second.url);
+      const budgetKey = `${prefix}auth-failures:rolling:198.51.100.3`;
+      await waitUntil(async () => (await rollingCount(watcher, budgetKey)) === 3, 5000);
+      otherBudget.shutdown();
+      await other.close();
       expect(await answers('after', '198.51.100.3', 2)).toEqual({
         limiter: [200, 429],
         scope: [200, 429],
         budget: [true, true],
       });
-      for (const key of [
-        'single:account:after',
-        'scope:ip:198.51.100.3',
-        'auth-failures:198.51.100.3',
-      ]) {
+      for (const key of ['single:account:after', 'scope:ip:198.51.100.3']) {
         expect(await redisCommand(second.port, ['GET', `${prefix}${key}`])).toBe('4');
       }
+      expect(await rollingCount(watcher, budgetKey)).toBe(4);
+      watcher.disconnect();
       expect(changes).toEqual(['degraded', 'shared']);
     } finally {
       server.close();

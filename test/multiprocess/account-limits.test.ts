@@ -9,7 +9,7 @@ import {
   hammer,
   type KeysFile,
   printRateLimitEvents,
-  redisCommand,
+  rollingState,
   startGatewayFleet,
   startOwnedRedis,
   statusCounts,
@@ -68,7 +68,7 @@ describeWithOwnedRedis(
         path: '/api/v1/wallets/',
         headers: { authorization: `Bearer ${admin.secretKey}` },
       }));
-      const key = `${prefix}payments:account:{acct_open}`;
+      const key = `${prefix}payments:rolling:account:{acct_open}`;
       if (statusCounts(answers)[200] !== OVERRIDE) {
         printRateLimitEvents('[account-limits] count off', fleet);
       }
@@ -83,7 +83,7 @@ describeWithOwnedRedis(
           answers.filter((answer, index) => index % INSTANCES === instance && answer.status === 200)
             .length,
       );
-      const counted = Number(await redisCommand(redis.port, ['GET', key]));
+      const counted = (await rollingState(redis.port, key))?.count;
       console.log(
         `[account-limits] ${answers.length} payments requests over ${INSTANCES} instances, ${CONCURRENCY} in flight: ` +
           `admitted ${statusCounts(answers)[200]} (override ${OVERRIDE}, default 1500); per instance ${perInstance.join('/')}; Redis counted ${counted}: refused requests spend nothing`,

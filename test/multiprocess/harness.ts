@@ -581,3 +581,28 @@ export async function redisCommand(port: number, command: [string, ...string[]])
     client.disconnect();
   }
 }
+
+/**
+ * A rolling-window key as Redis holds it: its admissions (before those that left the window are
+ * dropped) and the ms since its oldest one, by Redis's clock; `undefined` when the key is absent.
+ */
+export async function rollingState(
+  port: number,
+  key: string,
+): Promise<{ count: number; oldestAgeMs: number } | undefined> {
+  const client = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 0 });
+  client.on('error', () => undefined);
+  try {
+    const ring = await client.getBuffer(key);
+    const [seconds, micros] = await client.time();
+    if (ring === null) return undefined;
+    const start = ring.readUInt32BE(2);
+    const count = ring.readUInt32BE(6);
+    const cap = ring.readUInt32BE(10);
+    const oldest = ring.readUInt32BE(18 + 4 * (start % cap));
+    const now = (Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)) % 2 ** 32;
+    return { count, oldestAgeMs: (now - oldest + 2 ** 32) % 2 ** 32 };
+  } finally {
+    client.disconnect();
+  }
+}

@@ -13,6 +13,7 @@ import {
   printRateLimitEvents,
   type RequestSpec,
   redisCommand,
+  rollingState,
   requestOnce,
   sleep,
   startGatewayFleet,
@@ -128,12 +129,12 @@ describeWithOwnedRedis('gateway processes on a three-master Redis Cluster', () =
     expect(statusCounts(answers)).toEqual({ 200: limit, 429: (INSTANCES - 1) * limit });
     // Both counters share the account's hash tag, so one script call reads and counts both; the
     // refused requests spent neither.
-    const accountKey = `${prefix}payments:account:{acct_open}`;
+    const accountKey = `${prefix}payments:rolling:account:{acct_open}`;
     const capKey = `${prefix}payments-publishable:account:{acct_open}:ip:${clientIp}`;
     const master = await masterPortOf(cluster, accountKey);
     expect(await masterPortOf(cluster, capKey)).toBe(master);
     expect(await redisCommand(master, ['GET', capKey])).toBe(String(limit));
-    expect(await redisCommand(master, ['GET', accountKey])).toBe(String(limit));
+    expect((await rollingState(master, accountKey))?.count).toBe(limit);
   });
 
   const checkout = (index: number, clientIp: string): RequestSpec => ({

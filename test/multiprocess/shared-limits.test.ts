@@ -13,6 +13,7 @@ import {
   type KeysFile,
   printRateLimitEvents,
   redisCommand,
+  rollingState,
   startGatewayFleet,
   startOwnedRedis,
   statusCounts,
@@ -68,7 +69,15 @@ describeWithOwnedRedis('three gateway processes sharing one Redis', () => {
     limit: number,
     redisKey: string,
   ): Promise<void> {
-    const ttlMs = Number(await redisCommand(redis.port, ['PTTL', redisKey]));
+    // Ms until the key has room again, read after every answer: a fixed window's end, or when a
+    // rolling window's oldest admission leaves it.
+    const rolling = redisKey.includes(':rolling:')
+      ? await rollingState(redis.port, redisKey)
+      : undefined;
+    const ttlMs =
+      rolling === undefined
+        ? Number(await redisCommand(redis.port, ['PTTL', redisKey]))
+        : WINDOW_SECONDS * 1000 - rolling.oldestAgeMs;
     if (statusCounts(answers)[200] !== limit)
       printRateLimitEvents(`[shared-limits] count off for ${redisKey}`, fleet);
     expect(ttlMs).toBeGreaterThan(0);
@@ -81,7 +90,7 @@ describeWithOwnedRedis('three gateway processes sharing one Redis', () => {
       });
       const retryAfter = answer.headers['retry-after'];
       expect(retryAfter).toMatch(/^\d+$/);
-      // Answered before the TTL was read, so never earlier than what is left of the window now.
+      // Answered before the key was read, so never earlier than the time left then.
       expect(Number(retryAfter)).toBeGreaterThanOrEqual(Math.ceil(ttlMs / 1000));
       expect(Number(retryAfter)).toBeLessThanOrEqual(WINDOW_SECONDS);
       expect(answer.headers['ratelimit-policy']).toBeDefined();
@@ -98,7 +107,7 @@ describeWithOwnedRedis('three gateway processes sharing one Redis', () => {
       headers: { authorization: `Bearer ${level1.secretKey}` },
     }));
 
-    const key = `${prefix}authenticated:account:{acct_open}`;
+    const key = `${prefix}authenticated:rolling:account:{acct_open}`;
     await expectExactAdmission(answers, limit, key);
     expect(
       upstream.requests.filter((request) => request.url === '/api/v1/transactions/'),
@@ -108,7 +117,7 @@ describeWithOwnedRedis('three gateway processes sharing one Redis', () => {
         answers.filter((answer, index) => index % INSTANCES === instance && answer.status === 200)
           .length,
     );
-    const redisCount = Number(await redisCommand(redis.port, ['GET', key]));
+    const redisCount = (await rollingState(redis.port, key))?.count;
     console.log(
       `[shared-limits] authenticated scope: ${answers.length} requests over ${INSTANCES} instances, ` +
         `${CONCURRENCY} in flight: admitted ${statusCounts(answers)[200]} (limit ${limit}); ` +

@@ -56,7 +56,13 @@ function setup(expectedInstances = 1): Setup {
     now,
   });
   stores.push(store);
-  return { store, redis, a: store.countersFor('rl:a:'), b: store.countersFor('rl:b:'), clock };
+  return {
+    store,
+    redis,
+    a: store.countersFor('rl:a:'),
+    b: store.countersFor('rl:b:', { rolling: true }),
+    clock,
+  };
 }
 
 const request = (counter: LocalCounters, key: string, limit: number): CounterRequest => ({
@@ -67,9 +73,9 @@ const request = (counter: LocalCounters, key: string, limit: number): CounterReq
 });
 
 describe('AdmissionStore', () => {
-  it('sends one EVALSHA per admission, with every key, the window and each limit', async () => {
+  it('sends one EVALSHA per admission, with every key and each limit, window and kind', async () => {
     const { store, redis, a, b } = setup();
-    redis.replies.push([0, 1, WINDOW_MS, 1, WINDOW_MS]);
+    redis.replies.push([0, Date.UTC(2026, 10, 25, 6, 0, 0), 1, WINDOW_MS, 1, WINDOW_MS]);
     const outcome = await store.admit([
       request(a, 'account:{acct}:ip:203.0.113.7', 3),
       request(b, 'account:{acct}', 10),
@@ -80,12 +86,13 @@ describe('AdmissionStore', () => {
         scriptSha1(ADMIT_SCRIPT),
         '2',
         'rl:a:account:{acct}:ip:203.0.113.7',
-        'rl:b:account:{acct}',
-        String(WINDOW_MS),
+        'rl:b:rolling:account:{acct}',
         '3',
-        '1',
+        String(WINDOW_MS),
+        'e',
         '10',
-        '1',
+        String(WINDOW_MS),
+        'er',
       ],
     ]);
     expect(outcome.refusedAt).toBe(-1);
@@ -94,14 +101,14 @@ describe('AdmissionStore', () => {
 
   it('refuses a key Redis found full without asking again, unless the request carries a higher limit', async () => {
     const { store, redis, a } = setup();
-    redis.replies.push([0, 3, 30_000]);
+    redis.replies.push([0, 0, 3, 30_000]);
     expect((await store.admit([request(a, 'account:{acct}', 3)])).refusedAt).toBe(-1);
     const refused = await store.admit([request(a, 'account:{acct}', 3)]);
     expect(refused.refusedAt).toBe(0);
     expect(refused.readings[0]?.resetAt).toBeGreaterThan(Date.UTC(2026, 10, 25, 6, 0, 29));
     expect(redis.calls).toHaveLength(1);
     // An override raised to 5: the count seen (3) is below it, so Redis decides.
-    redis.replies.push([0, 4, 29_000]);
+    redis.replies.push([0, 0, 4, 29_000]);
     expect((await store.admit([request(a, 'account:{acct}', 5)])).refusedAt).toBe(-1);
     expect(redis.calls).toHaveLength(2);
   });

@@ -131,11 +131,16 @@ describe('TollgateStore methods', () => {
     await expect(store.increment('client')).rejects.toThrow(/not initialised/);
   });
 
-  it('refuses a window under one second, naming itself: the engine counts whole seconds', () => {
-    expect(() => {
-      storeOf().init({ windowMs: 500, limit: 1 } as Options);
-    }).toThrow(/^TollgateStore: windowMs must be a whole number of milliseconds, at least 1000$/);
-  });
+  it.each([500, 86_400_001])(
+    'refuses a window of %d ms, naming itself: the engine counts from one second to a day',
+    (windowMs) => {
+      expect(() => {
+        storeOf().init({ windowMs, limit: 1 } as Options);
+      }).toThrow(
+        /^TollgateStore: windowMs must be a whole number of milliseconds from 1000 to 86400000$/,
+      );
+    },
+  );
 
   it('answers the count with this request: above the limit when refused', async () => {
     const store = started();
