@@ -553,4 +553,27 @@ describe('the messages a new user meets', () => {
       /^issueToken\(\): tokens must be a TokenService; got a string$/,
     );
   });
+
+  it("a scope's window is a whole number of ms from a second to a day, or refused naming it", () => {
+    const withWindow = (window: unknown) => (): void => {
+      tollgate({ keyStore, scopes: { orders: { limit: 10, window: window as number } } }).close();
+    };
+    for (const window of [999, 0, -6000, 86_400_001, 1500.5, Number.NaN, Infinity]) {
+      expect(withWindow(window)).toThrow(ConfigurationError);
+      expect(withWindow(window)).toThrow(
+        /^tollgate\(\): scope orders: window must be a whole number from 1000 to 86400000; got /,
+      );
+    }
+    expect(withWindow('6000')).toThrow(
+      'tollgate(): scope orders: window must be a whole number from 1000 to 86400000; got a string',
+    );
+    expect(() => createGate({ keyStore, scopes: { orders: { limit: 1, window: 999 } } })).toThrow(
+      'createGate(): scope orders: window must be a whole number from 1000 to 86400000; got 999',
+    );
+    for (const window of [1000, 6000, 86_400_000]) expect(withWindow(window)).not.toThrow();
+    // The gate's own window, every scope's without one, is named as the gate's option.
+    expect(() => tollgate({ keyStore, scopes, windowMs: 86_400_001 })).toThrow(
+      'tollgate(): windowMs must be a whole number from 1000 to 86400000; got 86400001',
+    );
+  });
 });
