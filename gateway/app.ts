@@ -83,6 +83,7 @@ export function createApp(options: AppOptions): GatewayApp {
   app.set('trust proxy', options.trustProxy ?? false);
 
   const onSecurityEvent = (event: SecurityEvent, req: RequestFacts): void => {
+    metrics.secretKeyLeaked(event.reason);
     logger.warn(
       {
         event: 'security.leaked_secret_key',

@@ -1,5 +1,11 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
-import type { DecisionEvent, LimiterRedis, RateLimitState, SharedStoreState } from '../lib';
+import type {
+  DecisionEvent,
+  LimiterRedis,
+  RateLimitState,
+  SecurityEvent,
+  SharedStoreState,
+} from '../lib';
 import type { RedisCommandClient } from '../lib/entry/redis';
 import type { KeyStoreStatus, UpstreamState } from './readiness';
 
@@ -33,6 +39,12 @@ export interface MetricsSources {
 
 const RATE_LIMIT_STATES: readonly RateLimitState[] = ['shared', 'memory', 'degraded'];
 
+const LEAK_REASONS: readonly SecurityEvent['reason'][] = [
+  'sent_as_publishable_key',
+  'sent_from_browser',
+  'sent_in_query_string',
+];
+
 /** Redis commands named as they are; any other is `OTHER`. */
 const REDIS_COMMANDS: ReadonlySet<string> = new Set([
   'EVALSHA',
@@ -58,6 +70,7 @@ export class GatewayMetrics {
   private readonly upstreamLatency = new FastHistogram(UPSTREAM_BUCKETS);
   private readonly upstreamErrors: Counter<'kind'>;
   private readonly keyReloads: Counter<'outcome'>;
+  private readonly leakedSecretKeys: Counter<'reason'>;
   private readonly degradations: Counter;
   /**
    * Decision counts by route, outcome, code and limiter state, in plain numbers: prom-client
@@ -235,6 +248,17 @@ export class GatewayMetrics {
       labelNames: ['outcome'],
       registers,
     });
+    this.leakedSecretKeys = new Counter({
+      name: 'tollgate_leaked_secret_keys_total',
+      help: 'Secret keys sent where they can leak, by reason (sent_as_publishable_key, sent_from_browser, sent_in_query_string)',
+      labelNames: ['reason'],
+      registers,
+    });
+    // Served at 0 from the start: an alert on `increase()` sees the first failed reload or the
+    // first leaked key, which a series born at 1 would hide.
+    this.keyReloads.labels('failed').inc(0);
+    this.keyReloads.labels('done').inc(0);
+    for (const reason of LEAK_REASONS) this.leakedSecretKeys.labels(reason).inc(0);
   }
 
   /** The gate's observer: one count per decision. */
@@ -284,6 +308,11 @@ export class GatewayMetrics {
       this.fileReloads += 1;
       this.fileReloadedAt = Date.now();
     }
+  }
+
+  /** A secret key sent where it can leak: its key id is in the log line, never in a label. */
+  secretKeyLeaked(reason: SecurityEvent['reason']): void {
+    this.leakedSecretKeys.labels(reason).inc();
   }
 
   /** The limiter's Redis connection, with each command's round trip and failure counted. */
