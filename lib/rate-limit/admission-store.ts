@@ -349,7 +349,7 @@ export class AdmissionStore {
       const reading = readings[i];
       if (request === undefined || reading === undefined) continue;
       if (reading.count > request.limit) continue;
-      request.counter.memory.hit(request.key, reading);
+      request.counter.memory.hit(request.key, reading, Math.ceil(request.limit / scale));
       reading.count *= scale;
     }
     return -1;

@@ -15,8 +15,11 @@ import type { CounterReading } from './compact-memory-store';
 export interface LocalWindows {
   /** The key's count now and when it next has room under a limit of count + 1, counting nothing. */
   peek(key: string, into: CounterReading): void;
-  /** Counts one admission and writes the count after it, as `peek()` would. */
-  hit(key: string, into: CounterReading): void;
+  /**
+   * Counts one admission and writes the count after it, as `peek()` would. `limit`, the most the
+   * key may hold, bounds what is kept for it.
+   */
+  hit(key: string, into: CounterReading, limit?: number): void;
   /** When the key's count is down to `keep` or fewer: now when it already is. */
   freeAt(key: string, keep: number): number;
   /** Takes back the newest admission, never below zero. */
@@ -60,15 +63,15 @@ export class RollingWindows implements LocalWindows {
     this.readInto(this.live(key, now), now, into);
   }
 
-  hit(key: string, into: CounterReading): void {
+  hit(key: string, into: CounterReading, limit = Number.MAX_SAFE_INTEGER): void {
     const now = this.now();
     let ring = this.live(key, now);
     if (ring === undefined) {
-      ring = { times: new Float64Array(FIRST_CAPACITY), start: 0, n: 0 };
+      ring = { times: new Float64Array(Math.min(FIRST_CAPACITY, limit)), start: 0, n: 0 };
     } else {
       this.rings.delete(key);
     }
-    push(ring, ring.n > 0 ? Math.max(now, newest(ring)) : now);
+    push(ring, ring.n > 0 ? Math.max(now, newest(ring)) : now, limit);
     this.sweep(now);
     this.rings.set(key, ring);
     this.readInto(ring, now, into);
@@ -139,10 +142,11 @@ function newest(ring: Ring): number {
   return at(ring, ring.n - 1);
 }
 
-function push(ring: Ring, time: number): void {
+/** Appends `time`, doubling the ring when it is full, never past `limit` slots (nor below n + 1). */
+function push(ring: Ring, time: number, limit: number): void {
   const capacity = ring.times.length;
   if (ring.n === capacity) {
-    const times = new Float64Array(capacity * 2);
+    const times = new Float64Array(Math.max(Math.min(capacity * 2, limit), ring.n + 1));
     for (let i = 0; i < ring.n; i++) times[i] = at(ring, i);
     ring.times = times;
     ring.start = 0;
