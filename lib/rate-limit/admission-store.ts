@@ -44,10 +44,13 @@ import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
  * neither keep a refusal from spending the other limits nor check several limits in one round trip.
  */
 
-/** A key seen full: its count then, and when its window resets (ms since epoch). */
+/** A key seen full: a count it holds at least until `until`, and when it next has room. */
 interface Full {
   readonly count: number;
+  /** Until when it is surely full: its reset counted from when the deciding call was sent. */
   readonly until: number;
+  /** Its reset as read on the answer, never earlier than the real one: what a refusal reports. */
+  readonly resetAt: number;
 }
 
 /** How one scope counts. */
@@ -101,18 +104,21 @@ export class LocalCounters {
       this.full.delete(compact);
       return undefined;
     }
-    return seen.count >= limit ? seen.until : undefined;
+    return seen.count >= limit ? seen.resetAt : undefined;
   }
 
-  /** Remembers `key` as full; when the map is full the oldest entry goes (about expiry order). */
-  markFull(key: string, count: number, until: number): void {
+  /**
+   * Remembers `key` as full until `until`, reporting `resetAt`; when the map is full the oldest
+   * entry goes (about expiry order).
+   */
+  markFull(key: string, count: number, resetAt: number, until = resetAt): void {
     const compact = compactKey(key, this.ipv4KeyPrefix);
     this.full.delete(compact);
     if (this.full.size >= this.maxFullKeys) {
       const oldest = this.full.keys().next();
       if (oldest.done !== true) this.full.delete(oldest.value);
     }
-    this.full.set(compact, { count, until });
+    this.full.set(compact, { count, until, resetAt });
   }
 
   /** Forgets that `key` was seen full: its count went down. */
@@ -231,18 +237,24 @@ export class AdmissionStore {
     }
     const known = this.knownFull(requests, readings);
     if (known >= 0) return { refusedAt: known, readings };
+    const sentAt = this.now();
     const reply = await this.call(shared, shared.admitSha, requests, true);
     let refusedAt: number;
     let decidedAt: number | undefined;
+    // Redis decided between the call and its answer: a reset read on the answer may be this much
+    // late, so a key is refused from memory only until its reset counted from the call.
+    let late = 0;
     if (reply === undefined) {
       refusedAt = this.admitLocal(requests, readings, this.expectedInstances);
     } else {
       refusedAt = Number(reply[0]) - 1;
       const clock = Number(reply[1]);
       if (clock > 0) decidedAt = clock;
-      this.readReply(reply, 2, requests, readings);
+      const answeredAt = this.now();
+      late = Math.max(0, answeredAt - sentAt);
+      this.readReply(reply, 2, requests, readings, answeredAt);
     }
-    this.rememberFull(requests, readings);
+    this.rememberFull(requests, readings, late);
     return { refusedAt, readings, decidedAt };
   }
 
@@ -370,14 +382,22 @@ export class AdmissionStore {
     return -1;
   }
 
-  private rememberFull(requests: readonly CounterRequest[], readings: CounterReading[]): void {
+  private rememberFull(
+    requests: readonly CounterRequest[],
+    readings: CounterReading[],
+    late: number,
+  ): void {
     for (let i = 0; i < requests.length; i++) {
       const request = requests[i];
       const reading = readings[i];
       if (request === undefined || reading === undefined) continue;
-      if (reading.count >= request.limit) {
-        request.counter.markFull(request.key, reading.count, reading.resetAt);
-      }
+      if (reading.count < request.limit) continue;
+      // A reading above its limit counted the refused request too: the key holds one fewer, so a
+      // request whose own limit is one higher has room. A rolling window's reset is when its count
+      // drops below this request's limit: until then it is full only for limits up to this one.
+      const held = reading.count > request.limit ? reading.count - 1 : reading.count;
+      const full = request.counter.rolling ? request.limit : held;
+      request.counter.markFull(request.key, full, reading.resetAt, reading.resetAt - late);
     }
   }
 
@@ -420,8 +440,8 @@ export class AdmissionStore {
     from: number,
     requests: readonly CounterRequest[],
     readings: CounterReading[],
+    now = this.now(),
   ): void {
-    const now = this.now();
     readings.forEach((reading, index) => {
       const ttl = Number(reply[from + 2 * index + 1]);
       const windowMs = requests[index]?.counter.windowMs ?? this.windowMs;

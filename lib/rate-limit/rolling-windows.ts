@@ -79,9 +79,10 @@ export class RollingWindows implements LocalWindows {
 
   freeAt(key: string, keep: number): number {
     const now = this.now();
+    // No count is down to a negative keep: a whole window, as the fixed windows answer.
+    if (keep < 0) return now + this.windowMs;
     const ring = this.live(key, now);
     if (ring === undefined || ring.n <= keep) return now;
-    if (keep < 0) return now + this.windowMs;
     return at(ring, ring.n - keep - 1) + this.windowMs;
   }
 
