@@ -784,16 +784,31 @@ function formatRss(cases: readonly RssCase[]): string {
 
 /**
  * Commands the scripts ran, as counted by commandstats: the calls of the data commands a limit
- * script uses, up to the commands a script runs per call for one counter (PTTL, GET and INCR or
- * SET in the gateway's admission script; INCR and PTTL in rate-limit-redis's). An upper bound on
- * what clients did not send.
+ * script uses (the gateway's admission script: TIME, GETRANGE, SETRANGE, PEXPIRE and SET for a
+ * rolling counter, PTTL, GET and INCR or SET for a fixed one; rate-limit-redis's: INCR and PTTL),
+ * none of which the gateway sends itself, up to a bound per script call. An upper bound on what
+ * clients did not send.
  */
 function scriptInner(byName: ReadonlyMap<string, number>, scripts: number): number {
-  const inner = ['incr', 'pttl', 'pexpire', 'expire', 'get', 'set', 'incrby', 'pexpireat'];
+  const inner = [
+    'time',
+    'getrange',
+    'setrange',
+    'incr',
+    'decr',
+    'pttl',
+    'pexpire',
+    'expire',
+    'get',
+    'set',
+    'incrby',
+    'pexpireat',
+  ];
   const called = inner.reduce((sum, name) => sum + (byName.get(name) ?? 0), 0);
   return Math.min(called, scripts * SCRIPT_INNER_CALLS);
 }
-const SCRIPT_INNER_CALLS = 3;
+/** The most commands one script call runs: a few per counter, and a search of a long ring. */
+const SCRIPT_INNER_CALLS = 64;
 
 /** Requests a second of case `a` over case `b`, per side-by-side round that ran both. */
 function roundRatios(bench: Bench, a: RoundCase, b: RoundCase): number[] | undefined {

@@ -30,11 +30,13 @@ import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
  *   none. The keys of one call must share a Cluster hash slot: the caller tags them
  *   (`account:{id}`).
  * - In memory (no Redis, or Redis unusable): the same check in one synchronous step over each
- *   scope's local windows (`RollingWindows` or `CompactMemoryStore`); while Redis is unusable the local count is multiplied by
- *   `expectedInstances`, so N gateways admit about one limit between them.
+ *   scope's local windows (`RollingWindows` or `CompactMemoryStore`); while Redis is unusable
+ *   the local count is multiplied by `expectedInstances`, so N gateways admit about one limit
+ *   between them.
  * - Keys seen full (count at their limit) are remembered with that count until they next have
- *   room (their oldest admission leaves a rolling window; a fixed window ends), and refused without asking Redis while the limit asked for is not above the count:
- *   the limit is the request's own (per-account overrides), never one fixed per scope.
+ *   room (their oldest admission leaves a rolling window; a fixed window ends), and refused
+ *   without asking Redis while the limit asked for is not above the count: the limit is the
+ *   request's own (per-account overrides), never one fixed per scope.
  *
  * Every counter of the kit decides here: the core's scopes (the publishable cap and per-IP scopes
  * among them), the failed-authentication budget and, through `TollgateStore`, every
