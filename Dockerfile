@@ -11,6 +11,8 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY scripts ./scripts
 COPY lib ./lib
 COPY gateway ./gateway
+# The admin API's description: copied to dist/openapi/ by the build, served by the admin listener.
+COPY openapi ./openapi
 # The operators' dashboard: bundled by esbuild into dist/dashboard/ at `npm run build`.
 COPY dashboard ./dashboard
 RUN npm run build

@@ -27,6 +27,12 @@ import { DEFAULT_LIMITS, type LimitsConfig, type ShadowConfig, type TrustProxy }
 import { DecisionHistory, type MinuteCounts } from './decision-history';
 import { GatewayMetrics } from './metrics';
 import { createProxy } from './proxy';
+import {
+  answerChecksRequested,
+  checkedErrorHandler,
+  forwardAuthAnswerCheck,
+} from './openapi/answer-check';
+import { apiDescription } from './openapi/document';
 import { createReadiness, type Readiness, reportsStatus, UpstreamProbe } from './readiness';
 import { GATEWAY_SCOPE_NAMES, GATEWAY_SCOPES, type GatewayScope } from './keys-cli/limit-scopes';
 import { ID_PATTERN, ROUTES, type RouteSpec } from './routes';
@@ -54,6 +60,12 @@ export interface AppOptions {
   shadow?: ShadowConfig;
   /** The readiness probe of the upstream (`/readyz`). Defaults to every 500 ms, 1000 ms timeout. */
   upstreamProbe?: { intervalMs?: number; timeoutMs?: number };
+  /**
+   * Compare the forward-auth door's answers and the error handler's with the API description, a
+   * mismatch answering 500 (`gateway/openapi/answer-check.ts`); nothing else is checked, and when
+   * off nothing of it is mounted. Defaults to `TOLLGATE_CHECK_ANSWERS=1`, which the tests set.
+   */
+  checkAnswers?: boolean;
 }
 
 export type GatewayApp = Express & {
@@ -201,10 +213,14 @@ export function createApp(options: AppOptions): GatewayApp {
     browserCors.set(path, gate.cors({ methods }));
   }
 
+  const checkAnswers = options.checkAnswers ?? answerChecksRequested();
+  if (checkAnswers) {
+    app.use(FORWARD_AUTH_PATH, forwardAuthAnswerCheck(apiDescription(), logger, FORWARD_AUTH_PATH));
+  }
   // Forward authentication: a reverse proxy asks about a route of the same table,
   // decided by the same policies, and forwards the request itself.
   app.use(
-    '/authz',
+    FORWARD_AUTH_PATH,
     gate.forwardAuth({
       routes: ROUTES.map((route) => ({
         method: route.method,
@@ -247,7 +263,11 @@ export function createApp(options: AppOptions): GatewayApp {
   );
   app.use(routeDispatch(entries, ID_PATTERN));
   app.use(notFound());
-  app.use(gate.errorHandler());
+  app.use(
+    checkAnswers
+      ? checkedErrorHandler(gate.errorHandler(), apiDescription(), logger)
+      : gate.errorHandler(),
+  );
 
   const usage: GatewayApp['usage'] = (accountId, accountLimits) =>
     gate.usage(accountId, accountLimits);
@@ -267,6 +287,9 @@ export function createApp(options: AppOptions): GatewayApp {
     decisions: (accountId: string) => history.minutes(accountId),
   });
 }
+
+/** Where the forward-auth door is mounted on the main listener. */
+const FORWARD_AUTH_PATH = '/authz';
 
 /** Each of the gateway's scopes at its configured limit, counted as it is declared. */
 function scopeDefinitions(limits: LimitsConfig): Record<GatewayScope, ScopeDefinition> {

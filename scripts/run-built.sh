@@ -11,7 +11,8 @@ set -eu
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
 stamp="$root/dist/.build-stamp"
-inputs='lib gateway examples bench dashboard scripts/esm-entry.cjs scripts/build-dashboard.cjs
+inputs='lib gateway examples bench dashboard openapi scripts/esm-entry.cjs scripts/build-dashboard.cjs
+  scripts/copy-openapi.cjs
   tsconfig.json tsconfig.build.json package.json package-lock.json'
 
 stale() {

@@ -26,6 +26,14 @@ import { databaseHandlers, type KeyManager } from './database-store';
 import { fileHandlers } from './file-store';
 import { operatorHeaders } from './headers';
 import { ADMIN_ROUTES } from './routes';
+import {
+  answerCheck,
+  answerChecksRequested,
+  checkedErrorHandler,
+  operationAnswers,
+} from '../openapi/answer-check';
+import { apiDescription } from '../openapi/document';
+import { requestCheck } from '../openapi/request-check';
 
 export type { AccountUsage } from './account-reads';
 export type { KeyManager } from './database-store';
@@ -71,6 +79,12 @@ export interface AdminAppOptions {
    * instance, a minute at a time (the dashboard's chart); `undefined`: the route answers 404.
    */
   readonly decisions?: AccountDecisions | undefined;
+  /**
+   * Compare every answer of the admin API and of the error handler with the API description, a
+   * mismatch answering 500 (see `gateway/openapi/answer-check.ts`). Defaults to
+   * `TOLLGATE_CHECK_ANSWERS=1` in the environment, which the test suite sets.
+   */
+  readonly checkAnswers?: boolean | undefined;
 }
 
 export type AdminApp = Express & { shutdown(): void };
@@ -85,6 +99,13 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
   app.set('etag', false);
   app.set('trust proxy', false);
   const failures = createAuthFailureLimiter({ limit: ADMIN_FAILURE_LIMIT });
+  const description = apiDescription();
+  const checkAnswers = options.checkAnswers ?? answerChecksRequested();
+  // A route's answer check, first in its chain, so that its refusals are checked too.
+  const checked = (method: string, path: string): RequestHandler[] =>
+    checkAnswers
+      ? [answerCheck(description, logger, operationAnswers(method, templateOf(path)))]
+      : [];
 
   app.use(requestId(), operatorHeaders, refuseMalformedRequests(), clientIp());
 
@@ -112,6 +133,13 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
       manager === undefined ? options.readOnlyReason : null,
     );
     router.use(sessionRoutes, dashboardRoutes());
+    // The API description, without the admin token: it holds no data, only the routes' shapes,
+    // and this listener is one only operators reach (as for /metrics). Tools that generate
+    // clients read it with nothing but the address.
+    router.get(OPENAPI_PATH, ...checked('GET', OPENAPI_PATH), (_req, res) => {
+      res.type('application/json').send(description.text);
+    });
+    router.all(OPENAPI_PATH, methodNotAllowed(['GET']));
     const readBody = jsonBody({ limit: '16kb' });
     const sources = { directory, manager };
     const handlers = {
@@ -127,9 +155,12 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
       const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch';
       router[method](
         route.path,
+        ...checked(route.method, route.path),
         audit(route.action, logger),
         authorised,
         readBody,
+        // Path, query and body against the API description, before the handler reads them.
+        requestCheck(description, route.method, templateOf(route.path)),
         handlers[route.action],
       );
     }
@@ -139,12 +170,21 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
   }
   app.use(router);
   app.use(notFound());
-  app.use(errorHandler({ logger }));
+  const handler = errorHandler({ logger });
+  app.use(checkAnswers ? checkedErrorHandler(handler, description, logger) : handler);
   return Object.assign(app, {
     shutdown: () => {
       failures.shutdown();
     },
   });
+}
+
+/** Where the admin listener serves the API description. */
+export const OPENAPI_PATH = '/admin/v1/openapi.json';
+
+/** An Express path (`/admin/v1/keys/:id`) as the description's template (`/admin/v1/keys/{id}`). */
+function templateOf(path: string): string {
+  return path.replace(/:([A-Za-z_]+)/g, '{$1}');
 }
 
 /** A route this instance was given nothing to answer with: 404, as if it did not exist. */
