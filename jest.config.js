@@ -59,6 +59,8 @@ const shared = {
   },
   moduleFileExtensions: ['ts', 'js', 'json', 'node'],
   modulePathIgnorePatterns: ['<rootDir>/dist/'],
+  // Every app and gateway process a test starts checks its answers against the API description.
+  setupFiles: ['<rootDir>/test/helpers/answer-checks.ts'],
 };
 // A renamed or moved suite would otherwise drop silently into the quick set.
 for (const suite of SERVER_SUITES) {

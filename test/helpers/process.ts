@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import { ANSWER_CHECKS_VARIABLE } from '../../gateway/openapi/answer-check';
 
 /**
  * The built programs (`dist/`, made by `npm run build`, which `npm test` runs first) as child
@@ -19,9 +20,16 @@ export function distScript(relative: string): string {
   return file;
 }
 
-/** A minimal environment: nothing of the test runner's own leaks into the child. */
+/**
+ * A minimal environment: nothing of the test runner's own leaks into the child, except the answer
+ * checks against the API description, which every gateway the tests start runs with.
+ */
 export function childEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
-  return { PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin', ...extra };
+  return {
+    PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
+    [ANSWER_CHECKS_VARIABLE]: '1',
+    ...extra,
+  };
 }
 
 export interface Finished {

@@ -141,42 +141,42 @@ describeWithPostgres('account limits on the database key store', () => {
       { limits: { payments: 0 } },
       400,
       'invalid_request',
-      /limits\.payments: account "acct_fleet": scope "payments": must be a whole number from 1 to 1000000/,
+      /^limits\.payments: a whole number of requests per minute from 1 to 1000000$/,
     ],
     [
       '1,000,001',
       { limits: { payments: 1_000_001 } },
       400,
       'invalid_request',
-      /scope "payments": must be a whole number/,
+      /^limits\.payments: a whole number of requests per minute from 1 to 1000000$/,
     ],
     [
       'a fraction',
       { limits: { authenticated: 1.5 } },
       400,
       'invalid_request',
-      /scope "authenticated": must be a whole number/,
+      /^limits\.authenticated: a whole number of requests per minute from 1 to 1000000$/,
     ],
     [
       'a string',
       { limits: { payments: '10' } },
       400,
       'invalid_request',
-      /scope "payments": must be a whole number/,
+      /^limits\.payments: a whole number of requests per minute from 1 to 1000000$/,
     ],
     [
       'a list',
       { limits: [10] },
       400,
       'invalid_request',
-      /limits: account "acct_fleet": must be an object/,
+      /^limits: an object of scope name to requests per minute, or null for the defaults$/,
     ],
     [
       'a number',
       { limits: 10 },
       400,
       'invalid_request',
-      /limits: account "acct_fleet": must be an object/,
+      /^limits: an object of scope name to requests per minute, or null for the defaults$/,
     ],
     ['no limits field', {}, 400, 'invalid_request', /^limits: an object of scope name/],
     [
@@ -187,7 +187,7 @@ describeWithPostgres('account limits on the database key store', () => {
       /unknown field "entries"; expected limits/,
     ],
   ])(
-    'PUT /limits refuses %s with a 400 naming the account and the scope',
+    'PUT /limits refuses %s with a 400 naming the scope, or the account with its scope',
     async (_, json, status, code, message) => {
       const answer = await admin('PUT', '/admin/v1/accounts/acct_fleet/limits', json);
       const body = expectErrorBody(answer, { status, code });

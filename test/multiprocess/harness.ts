@@ -6,6 +6,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import type { RateLimitState } from '../../lib';
+import { ANSWER_CHECKS_VARIABLE } from '../../gateway/openapi/answer-check';
 import { createFixtures, type Fixtures, TOKEN_SECRET } from '../helpers/fixtures';
 import {
   describeWithRedis,
@@ -135,6 +136,8 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
   const port = await freePort();
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? '',
+    // Every answer of the admin API, forward-auth and the error handler checked against the API description.
+    [ANSWER_CHECKS_VARIABLE]: '1',
     PORT: String(port),
     HOST: '127.0.0.1',
     TOLLGATE_TOKEN_SECRET: TOKEN_SECRET,
