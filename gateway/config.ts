@@ -62,7 +62,28 @@ export interface GatewayConfig {
   readonly admin: AdminConfig | undefined;
   /** Rules tried in shadow mode: decided, logged and counted, never enforced. */
   readonly shadow: ShadowConfig;
+  /** The secret-scanning endpoint (`TOLLGATE_SECRET_SCANNING_PATH`); `undefined`: none. */
+  readonly secretScanning: SecretScanningConfig | undefined;
 }
+
+export interface SecretScanningConfig {
+  /** Where the main listener takes reports (`POST`). */
+  readonly path: string;
+  /** The programme's public-keys document; `undefined` when only a file is read. */
+  readonly keysUrl: string | undefined;
+  /** A local copy of the public-keys document; `undefined`: none. */
+  readonly keysFile: string | undefined;
+  /** What happens to a secret key in force that is reported. */
+  readonly action: 'revoke' | 'roll';
+  /** With `roll`: how long the reported key keeps working. */
+  readonly graceSeconds: number;
+  /** Reports per client address and minute. */
+  readonly limit: number;
+}
+
+/** GitHub's public-keys document for secret scanning. */
+export const GITHUB_SECRET_SCANNING_KEYS_URL =
+  'https://api.github.com/meta/public_keys/secret_scanning';
 
 export interface ShadowConfig {
   /** `TOLLGATE_SHADOW_SCOPES`: limit scopes counted but not enforced. */
@@ -162,7 +183,93 @@ export function loadConfig(env: Env): GatewayConfig {
     limits,
     admin: admin(env),
     shadow: shadow(env),
+    secretScanning: secretScanning(env, databaseUrl),
   };
+}
+
+/** Paths the gateway already serves, which the endpoint may not take. */
+const SERVED_PATHS = ['/api', '/authz', '/healthz', '/readyz', '/checkout'];
+
+/**
+ * Off unless `TOLLGATE_SECRET_SCANNING_PATH` is set. It needs the database key store: a revocation
+ * must reach every instance and survive restarts, which a keys file the gateway only reads cannot
+ * promise (docs/secret-scanning.md).
+ */
+function secretScanning(
+  env: Env,
+  databaseUrl: string | undefined,
+): SecretScanningConfig | undefined {
+  const path = optional(env, 'TOLLGATE_SECRET_SCANNING_PATH');
+  if (path === undefined) {
+    for (const name of [
+      'TOLLGATE_SECRET_SCANNING_KEYS_URL',
+      'TOLLGATE_SECRET_SCANNING_KEYS_FILE',
+      'TOLLGATE_SECRET_SCANNING_ACTION',
+      'TOLLGATE_SECRET_SCANNING_GRACE_SECONDS',
+      'TOLLGATE_SECRET_SCANNING_LIMIT',
+    ]) {
+      if (optional(env, name) !== undefined)
+        fail(name, 'is set without TOLLGATE_SECRET_SCANNING_PATH');
+    }
+    return undefined;
+  }
+  if (!/^(\/[A-Za-z0-9._~-]+)+$/.test(path) || path.length > 128) {
+    fail(
+      'TOLLGATE_SECRET_SCANNING_PATH',
+      'must be a path such as /leaks/github (letters, digits, . _ ~ -)',
+    );
+  }
+  if (SERVED_PATHS.some((served) => path === served || path.startsWith(`${served}/`))) {
+    fail('TOLLGATE_SECRET_SCANNING_PATH', `is a path the gateway already serves: ${path}`);
+  }
+  if (databaseUrl === undefined) {
+    fail(
+      'TOLLGATE_SECRET_SCANNING_PATH',
+      'needs TOLLGATE_DATABASE_URL: a reported key must be revoked on every instance and stay revoked after a restart, and the gateway never writes a keys file',
+    );
+  }
+  const keysFile = optional(env, 'TOLLGATE_SECRET_SCANNING_KEYS_FILE');
+  const keysUrl =
+    keysUrlOf(env) ?? (keysFile === undefined ? GITHUB_SECRET_SCANNING_KEYS_URL : undefined);
+  const action = optional(env, 'TOLLGATE_SECRET_SCANNING_ACTION') ?? 'revoke';
+  if (action !== 'revoke' && action !== 'roll') {
+    fail('TOLLGATE_SECRET_SCANNING_ACTION', 'must be revoke or roll');
+  }
+  if (
+    action === 'revoke' &&
+    optional(env, 'TOLLGATE_SECRET_SCANNING_GRACE_SECONDS') !== undefined
+  ) {
+    fail(
+      'TOLLGATE_SECRET_SCANNING_GRACE_SECONDS',
+      'is only read with TOLLGATE_SECRET_SCANNING_ACTION=roll',
+    );
+  }
+  return {
+    path,
+    keysUrl,
+    keysFile,
+    action,
+    graceSeconds: integer(env, 'TOLLGATE_SECRET_SCANNING_GRACE_SECONDS', 300, 0, 3600),
+    limit: integer(env, 'TOLLGATE_SECRET_SCANNING_LIMIT', 120, 1, 100_000),
+  };
+}
+
+/** An https:// URL, or http:// on a loopback address (a local copy served for tests). */
+function keysUrlOf(env: Env): string | undefined {
+  const name = 'TOLLGATE_SECRET_SCANNING_KEYS_URL';
+  const value = optional(env, name);
+  if (value === undefined) return undefined;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return fail(name, 'is not a URL');
+  }
+  const loopback = ['127.0.0.1', '[::1]', 'localhost'].includes(url.hostname);
+  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) {
+    fail(name, 'must be https:// (http:// only on a loopback address)');
+  }
+  return url.toString();
 }
 
 const ACCOUNT_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;

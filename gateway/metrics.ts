@@ -39,11 +39,24 @@ export interface MetricsSources {
 
 const RATE_LIMIT_STATES: readonly RateLimitState[] = ['shared', 'memory', 'degraded'];
 
-const LEAK_REASONS: readonly SecurityEvent['reason'][] = [
+/** Where a secret key leaked: the gate's findings, and secret scanning's report of a public place. */
+export type LeakReason = SecurityEvent['reason'] | 'public_repository';
+
+const LEAK_REASONS: readonly LeakReason[] = [
   'sent_as_publishable_key',
   'sent_from_browser',
   'sent_in_query_string',
+  'public_repository',
 ];
+
+/** The secret-scanning endpoint's refusals, each served from 0 so that the first one is seen. */
+const SCANNING_REFUSALS = [
+  'unsigned',
+  'unknown_key',
+  'bad_signature',
+  'too_large',
+  'malformed',
+] as const;
 
 /** Redis commands named as they are; any other is `OTHER`. */
 const REDIS_COMMANDS: ReadonlySet<string> = new Set([
@@ -71,6 +84,8 @@ export class GatewayMetrics {
   private readonly upstreamErrors: Counter<'kind'>;
   private readonly keyReloads: Counter<'outcome'>;
   private readonly leakedSecretKeys: Counter<'reason'>;
+  private readonly scanningReports: Counter<'type' | 'label' | 'action'>;
+  private readonly scanningRefusals: Counter<'reason'>;
   private readonly degradations: Counter;
   /**
    * Decision counts by route, outcome, code and limiter state, in plain numbers: prom-client
@@ -250,10 +265,23 @@ export class GatewayMetrics {
     });
     this.leakedSecretKeys = new Counter({
       name: 'tollgate_leaked_secret_keys_total',
-      help: 'Secret keys sent where they can leak, by reason (sent_as_publishable_key, sent_from_browser, sent_in_query_string)',
+      help: 'Secret keys sent where they can leak, by reason (sent_as_publishable_key, sent_from_browser, sent_in_query_string, public_repository)',
       labelNames: ['reason'],
       registers,
     });
+    this.scanningReports = new Counter({
+      name: 'tollgate_secret_scanning_reports_total',
+      help: 'Tokens reported by secret scanning, by type (secret, publishable, unknown), label (true_positive, false_positive) and action (revoked, rolled, none)',
+      labelNames: ['type', 'label', 'action'],
+      registers,
+    });
+    this.scanningRefusals = new Counter({
+      name: 'tollgate_secret_scanning_refusals_total',
+      help: 'Secret scanning reports refused, nothing changed, by reason (unsigned, unknown_key, bad_signature, too_large, malformed)',
+      labelNames: ['reason'],
+      registers,
+    });
+    for (const reason of SCANNING_REFUSALS) this.scanningRefusals.labels(reason).inc(0);
     // Served at 0 from the start: an alert on `increase()` sees the first failed reload or the
     // first leaked key, which a series born at 1 would hide.
     this.keyReloads.labels('failed').inc(0);
@@ -311,8 +339,22 @@ export class GatewayMetrics {
   }
 
   /** A secret key sent where it can leak: its key id is in the log line, never in a label. */
-  secretKeyLeaked(reason: SecurityEvent['reason']): void {
+  secretKeyLeaked(reason: LeakReason): void {
     this.leakedSecretKeys.labels(reason).inc();
+  }
+
+  /** One token of a secret-scanning report, as it was answered and acted on. */
+  secretScanningReport(
+    type: 'secret' | 'publishable' | 'unknown',
+    label: 'true_positive' | 'false_positive',
+    action: 'revoked' | 'rolled' | 'none',
+  ): void {
+    this.scanningReports.labels(type, label, action).inc();
+  }
+
+  /** A secret-scanning report refused before anything was read or changed. */
+  secretScanningRefused(reason: (typeof SCANNING_REFUSALS)[number]): void {
+    this.scanningRefusals.labels(reason).inc();
   }
 
   /** The limiter's Redis connection, with each command's round trip and failure counted. */

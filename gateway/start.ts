@@ -107,6 +107,10 @@ export async function startGateway(
     publicKeyHeader: config.publicKeyHeader,
     upstreamTimeoutMs: config.upstreamTimeoutMs,
     shadow: config.shadow,
+    secretScanning:
+      config.secretScanning === undefined || databaseStore === undefined
+        ? undefined
+        : { config: config.secretScanning, writer: databaseStore },
   });
 
   // Coalesced reloads share one promise: log each reload once, not once per SIGHUP.

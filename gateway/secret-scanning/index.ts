@@ -1,0 +1,252 @@
+import express, { type Request, type RequestHandler } from 'express';
+import {
+  ConflictError,
+  type KeyStore,
+  type Logger,
+  PayloadTooLargeError,
+  type PgKeyStore,
+  TollgateError,
+  InvalidRequestError,
+} from '../../lib';
+import { series } from '../../lib/entry/express';
+import { DatabaseUnavailableError } from '../admin/database-store';
+import type { GatewayMetrics } from '../metrics';
+import {
+  type Finding,
+  findingOf,
+  labelOf,
+  parseReport,
+  type ReportedToken,
+  type TokenAnswer,
+} from './reports';
+import type { VerificationKeys } from './verification-keys';
+
+export { VerificationKeys, type VerificationKeySources } from './verification-keys';
+
+/**
+ * The secret-scanning partner endpoint (docs/secret-scanning.md), on the main listener at the path
+ * configured. GitHub finds a Tollgate key in a public repository, gist, issue or npm package and
+ * posts it here, signed; a secret key in force is revoked at once (or rolled, keeping it alive for
+ * a short grace period), through the database key store so that every instance refuses it, and
+ * every token issued from it, within about a second. A publishable key is public by design: it is
+ * logged, never revoked, as revoking it would let anyone who pastes a merchant's publishable key
+ * in a public repository switch off the merchant's checkout.
+ *
+ * Nothing is read or changed before the signature verifies: a report that is unsigned, signed with
+ * a key the programme does not list, or signed wrongly is a 401 that says the same in every case.
+ * A report sent again changes nothing new: a revoked key stays revoked (it answers
+ * `false_positive`: it no longer works), a rolled key keeps the expiry its first report gave it,
+ * and the replacement of a rolled key has another secret, which no old report names.
+ */
+
+export type SecretScanningAction = 'revoke' | 'roll';
+
+/** The writes the endpoint makes: the database key store's. */
+export type KeyWriter = Pick<PgKeyStore, 'revoke' | 'roll'>;
+
+export interface SecretScanningOptions {
+  readonly keys: VerificationKeys;
+  readonly keyStore: KeyStore;
+  readonly writer: KeyWriter;
+  /** `revoke` (the default): at once; `roll`: a replacement, the key expiring after `graceSeconds`. */
+  readonly action: SecretScanningAction;
+  readonly graceSeconds: number;
+  readonly logger: Logger;
+  readonly metrics: GatewayMetrics;
+  /** Counts reports per client address; refused ones are 429s. */
+  readonly limiter: RequestHandler;
+  /** The largest report read, in bytes. */
+  readonly maxBodyBytes: number;
+}
+
+/** Why a report was refused, in the log and the refusals metric (never in the answer). */
+export type RefusalReason =
+  'unsigned' | 'unknown_key' | 'bad_signature' | 'too_large' | 'malformed';
+
+/** The one answer to every report whose signature does not verify: it says nothing of why. */
+class UnverifiedReportError extends TollgateError {
+  override readonly name = 'UnverifiedReportError';
+  constructor() {
+    super(
+      401,
+      'invalid_credentials',
+      'The report is not signed by a key of the secret scanning programme',
+    );
+  }
+}
+
+const IDENTIFIER_HEADER = 'github-public-key-identifier';
+const SIGNATURE_HEADER = 'github-public-key-signature';
+/** Identifiers are 64 hex digits and signatures about 96 base64 characters: bounded generously. */
+const MAX_HEADER_LENGTH = 512;
+
+export function secretScanning(options: SecretScanningOptions): RequestHandler {
+  const { logger, metrics } = options;
+  const refuse = (req: Request, reason: RefusalReason): void => {
+    metrics.secretScanningRefused(reason);
+    logger.warn(
+      {
+        event: 'secret_scanning.refused',
+        reason,
+        client_ip: req.clientIp,
+        request_id: req.requestId,
+      },
+      'a secret scanning report was refused; nothing was changed',
+    );
+  };
+  const readRaw = express.raw({ type: () => true, limit: options.maxBodyBytes, inflate: false });
+  const readBody: RequestHandler = function readReport(req, res, next) {
+    if (Number(req.headers['content-length'] ?? 0) > options.maxBodyBytes) {
+      refuse(req, 'too_large');
+      next(new PayloadTooLargeError());
+      return;
+    }
+    // eslint-disable-next-line @typescript-eslint/no-unsafe-class-instance-assignment -- req is the IncomingMessage Node created
+    readRaw(req, res, (error?: unknown) => {
+      if (error === undefined) {
+        next();
+        return;
+      }
+      const tooLarge = (error as { type?: unknown }).type === 'entity.too.large';
+      refuse(req, tooLarge ? 'too_large' : 'malformed');
+      next(tooLarge ? new PayloadTooLargeError() : new InvalidRequestError('Unreadable body'));
+    });
+  };
+  const writes = new Map<string, Promise<'revoked' | 'rolled' | 'none'>>();
+
+  const handle: RequestHandler = function secretScanningReport(req, res, next) {
+    const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+    const identifier = singleHeader(req, IDENTIFIER_HEADER);
+    const signature = singleHeader(req, SIGNATURE_HEADER);
+    if (identifier === undefined || signature === undefined) {
+      refuse(req, 'unsigned');
+      next(new UnverifiedReportError());
+      return;
+    }
+    const verified = async (): Promise<TokenAnswer[]> => {
+      const outcome = await options.keys.check(identifier, signature, body);
+      if (outcome !== 'verified') {
+        refuse(req, outcome);
+        throw new UnverifiedReportError();
+      }
+      const tokens = parseReport(body);
+      if (typeof tokens === 'string') {
+        refuse(req, 'malformed');
+        throw new InvalidRequestError(tokens);
+      }
+      const answers: TokenAnswer[] = [];
+      for (const reported of tokens) answers.push(await answer(req, reported));
+      return answers;
+    };
+    verified().then((answers) => {
+      res.setHeader('Cache-Control', 'no-store');
+      res.status(200).json(answers);
+    }, next);
+  };
+
+  /** Acts on one token; a database that does not answer fails the report (the programme retries). */
+  const answer = async (req: Request, reported: ReportedToken): Promise<TokenAnswer> => {
+    const finding = findingOf(
+      options.keyStore,
+      reported.token,
+      Date.now(),
+      options.action === 'roll' ? options.graceSeconds : undefined,
+    );
+    const action = finding.kind === 'live' ? await act(finding.key.id) : 'none';
+    const label = action === 'gone' ? 'false_positive' : labelOf(finding);
+    const done = action === 'gone' ? 'none' : action;
+    metrics.secretScanningReport(typeOf(finding), label, done);
+    if (finding.kind !== 'unknown') record(req, reported, finding, label, done);
+    return { token_raw: reported.token, token_type: reported.type, label };
+  };
+
+  /** One write per key at a time: a report sent twice at once rolls a key once. */
+  const act = async (keyId: string): Promise<'revoked' | 'rolled' | 'none' | 'gone'> => {
+    const pending = writes.get(keyId);
+    if (pending !== undefined) {
+      await pending;
+      return 'none';
+    }
+    const write = change(keyId).finally(() => writes.delete(keyId));
+    writes.set(keyId, write);
+    try {
+      return await write;
+    } catch (error) {
+      // Revoked or expired by someone else since it was looked up: nothing left to do.
+      if (error instanceof ConflictError) return 'gone';
+      throw error instanceof TollgateError ? error : new DatabaseUnavailableError();
+    }
+  };
+  const change = async (keyId: string): Promise<'revoked' | 'rolled'> => {
+    if (options.action === 'roll') {
+      await options.writer.roll(keyId, options.graceSeconds);
+      return 'rolled';
+    }
+    await options.writer.revoke(keyId);
+    return 'revoked';
+  };
+
+  /** The log lines of a reported key in force here or once in force: never the token. */
+  const record = (
+    req: Request,
+    reported: ReportedToken,
+    finding: Exclude<Finding, { kind: 'unknown' }>,
+    label: TokenAnswer['label'],
+    action: 'revoked' | 'rolled' | 'none',
+  ): void => {
+    const { key } = finding;
+    const fields = {
+      key_id: key.id,
+      account_id: key.accountId,
+      key_type: finding.kind === 'publishable' ? 'publishable' : 'secret',
+      source_url: reported.url ?? null,
+      source: reported.source ?? null,
+      label,
+      client_ip: req.clientIp,
+      request_id: req.requestId,
+    };
+    if (action === 'none') {
+      logger.info(
+        { event: 'secret_scanning.key_reported', ...fields, action },
+        finding.kind === 'publishable'
+          ? 'a publishable key was found in public: it is public by design and stays in force'
+          : 'a secret key was reported again: nothing changed',
+      );
+      return;
+    }
+    metrics.secretKeyLeaked('public_repository');
+    logger.warn(
+      { event: 'security.leaked_secret_key', reason: 'public_repository', ...fields, action },
+      action === 'revoked'
+        ? 'a secret key was found in public: revoked; the merchant needs a new key'
+        : `a secret key was found in public: rolled, the old key stops in ${String(options.graceSeconds)} s`,
+    );
+    // The audit trail's line, as an operator's revoke or roll on the admin listener writes it.
+    logger.info({
+      event: 'admin.audit',
+      action: action === 'revoked' ? 'keys.revoke' : 'keys.roll',
+      actor: 'secret_scanning',
+      target: key.id,
+      account_id: key.accountId,
+      source_url: reported.url ?? null,
+      outcome: 'done',
+      client_ip: req.clientIp,
+      request_id: req.requestId,
+    });
+  };
+
+  return series([options.limiter, readBody, handle]);
+}
+
+/** A header sent once, of a bounded length; anything else counts as not sent. */
+function singleHeader(req: Request, name: string): string | undefined {
+  const value = req.headers[name];
+  return typeof value === 'string' && value.length > 0 && value.length <= MAX_HEADER_LENGTH
+    ? value
+    : undefined;
+}
+
+function typeOf(finding: Finding): 'secret' | 'publishable' | 'unknown' {
+  if (finding.kind === 'unknown') return 'unknown';
+  return finding.kind === 'publishable' ? 'publishable' : 'secret';
+}

@@ -1,0 +1,156 @@
+import { createPublicKey, type KeyObject, verify } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+
+/**
+ * The public keys a secret-scanning programme signs its reports with, read from its public-keys
+ * document (`{"public_keys": [{"key_identifier", "key", "is_current"}]}`, `key` a PEM ECDSA P-256
+ * public key), from a URL, a local file, or both.
+ *
+ * The keys are read on the first report and kept. A report signed with an identifier not among
+ * them reads the document again, at most once per `refreshIntervalMs` after that first read,
+ * whoever asks and however often: an attacker sending made-up identifiers cannot make the gateway hammer the programme's
+ * server. Reports arriving while a read is under way wait for that one read.
+ */
+
+export interface VerificationKeySources {
+  /** The public-keys document's URL (GitHub's by default); `undefined`: none. */
+  readonly url?: string | undefined;
+  /** A local copy of the document (tests, air-gapped setups); `undefined`: none. */
+  readonly file?: string | undefined;
+  /** The shortest time between two reads of the sources. Defaults to 60 s. */
+  readonly refreshIntervalMs?: number;
+  /** How long one read of the URL may take. Defaults to 5 s. */
+  readonly timeoutMs?: number;
+}
+
+/** The largest public-keys document read: GitHub's is about 2 KB. */
+const MAX_DOCUMENT_BYTES = 256 * 1024;
+const DEFAULT_REFRESH_INTERVAL_MS = 60_000;
+
+/** What the gateway logs of each read of the keys (never a key). */
+export type KeysRead =
+  | { readonly outcome: 'done'; readonly keys: number }
+  | { readonly outcome: 'failed'; readonly reason: string };
+
+/** A signature's check: only `verified` lets a report be read. */
+export type SignatureCheck = 'verified' | 'unknown_key' | 'bad_signature';
+
+export class VerificationKeys {
+  private keys = new Map<string, KeyObject>();
+  private reading: Promise<void> | undefined;
+  private readOnce = false;
+  private lastRefreshAt = Number.NEGATIVE_INFINITY;
+  private readonly refreshIntervalMs: number;
+
+  constructor(
+    private readonly sources: VerificationKeySources,
+    private readonly onRead: (read: KeysRead) => void = () => undefined,
+  ) {
+    if (sources.url === undefined && sources.file === undefined) {
+      throw new TypeError('VerificationKeys: a URL or a file is required');
+    }
+    this.refreshIntervalMs = sources.refreshIntervalMs ?? DEFAULT_REFRESH_INTERVAL_MS;
+  }
+
+  /**
+   * Whether `signature` (base64 DER ECDSA) over `body` verifies with the key named `identifier`.
+   * An unknown identifier reads the sources again first, unless they were read less than
+   * `refreshIntervalMs` ago.
+   */
+  async check(identifier: string, signature: string, body: Buffer): Promise<SignatureCheck> {
+    let key = this.keys.get(identifier);
+    if (key === undefined) {
+      await this.refresh();
+      key = this.keys.get(identifier);
+    }
+    if (key === undefined) return 'unknown_key';
+    const der = Buffer.from(signature, 'base64');
+    try {
+      return der.length > 0 && verify('sha256', body, { key, dsaEncoding: 'der' }, der)
+        ? 'verified'
+        : 'bad_signature';
+    } catch {
+      // A signature that is not DER at all.
+      return 'bad_signature';
+    }
+  }
+
+  /**
+   * Reads the sources: the first time at once, then at most once per `refreshIntervalMs`, so that
+   * the keys can be read at start and still once right after the programme adds a key.
+   */
+  private refresh(): Promise<void> {
+    if (this.reading !== undefined) return this.reading;
+    if (this.readOnce && Date.now() - this.lastRefreshAt < this.refreshIntervalMs) {
+      return Promise.resolve();
+    }
+    if (this.readOnce) this.lastRefreshAt = Date.now();
+    this.readOnce = true;
+    this.reading = this.read().finally(() => {
+      this.reading = undefined;
+    });
+    return this.reading;
+  }
+
+  /** Every key of every source that answers; a failed source keeps the keys already known. */
+  private async read(): Promise<void> {
+    const documents = await Promise.allSettled([
+      ...(this.sources.url === undefined ? [] : [this.fetchDocument(this.sources.url)]),
+      ...(this.sources.file === undefined ? [] : [readFile(this.sources.file, 'utf8')]),
+    ]);
+    const keys = new Map(this.keys);
+    for (const document of documents) {
+      if (document.status === 'rejected') {
+        this.onRead({ outcome: 'failed', reason: reasonOf(document.reason) });
+        continue;
+      }
+      try {
+        for (const [identifier, key] of parseKeysDocument(document.value))
+          keys.set(identifier, key);
+      } catch (error) {
+        this.onRead({ outcome: 'failed', reason: reasonOf(error) });
+      }
+    }
+    this.keys = keys;
+    this.onRead({ outcome: 'done', keys: keys.size });
+  }
+
+  private async fetchDocument(url: string): Promise<string> {
+    const response = await fetch(url, {
+      headers: { accept: 'application/json' },
+      redirect: 'error',
+      signal: AbortSignal.timeout(this.sources.timeoutMs ?? 5000),
+    });
+    if (!response.ok) throw new Error(`the keys URL answered ${String(response.status)}`);
+    const text = await response.text();
+    if (Buffer.byteLength(text) > MAX_DOCUMENT_BYTES) {
+      throw new Error(`the keys document is over ${String(MAX_DOCUMENT_BYTES)} bytes`);
+    }
+    return text;
+  }
+}
+
+/** The document's keys by identifier; throws when it is not a public-keys document. */
+export function parseKeysDocument(text: string): Map<string, KeyObject> {
+  const document = JSON.parse(text) as unknown;
+  const entries = (document as { public_keys?: unknown } | null)?.public_keys;
+  if (!Array.isArray(entries)) throw new Error('the keys document has no public_keys list');
+  const keys = new Map<string, KeyObject>();
+  for (const entry of entries as unknown[]) {
+    const { key_identifier: identifier, key: pem } = (entry ?? {}) as Record<string, unknown>;
+    if (typeof identifier !== 'string' || typeof pem !== 'string') {
+      throw new Error('a public_keys entry lacks key_identifier or key');
+    }
+    const key = createPublicKey(pem);
+    // The programme signs with ECDSA P-256: any other key is not one of its keys.
+    if (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== 'prime256v1') {
+      throw new Error(`key ${JSON.stringify(identifier)} is not an ECDSA P-256 key`);
+    }
+    keys.set(identifier, key);
+  }
+  return keys;
+}
+
+function reasonOf(error: unknown): string {
+  return error instanceof Error ? error.message : 'unreadable';
+}

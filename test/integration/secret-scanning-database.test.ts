@@ -1,0 +1,420 @@
+import { createHash, generateKeyPairSync, type KeyObject, sign } from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Pool } from 'pg';
+import { loadConfig } from '../../gateway/config';
+import { type RunningGateway, startGateway } from '../../gateway/start';
+import { PgKeyStore } from '../../lib';
+import { GATEWAY_LIMIT_SCOPES } from '../../gateway/keys-cli/limit-scopes';
+import { generateKey } from '../../lib/keys/key-format';
+import { migrate } from '../../lib/keys/pg-schema';
+import { expectErrorBody } from '../helpers/error-body';
+import { TOKEN_SECRET } from '../helpers/fixtures';
+import { captureLogs, type CapturedLogs, findLeaks } from '../helpers/logs';
+import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
+import { type HttpResult, httpRequest } from '../helpers/process';
+
+/**
+ * The secret-scanning endpoint on the database key store: two gateways as `npm start` runs them
+ * on one real PostgreSQL, the first taking reports. A locally made ECDSA P-256 key stands in for
+ * the programme's, its public-keys document served from a loopback server that counts its reads.
+ * A reported secret key must be refused by the SECOND gateway within 1 s, with its tokens; and
+ * every refused report (unsigned, wrongly signed, unknown signer, oversized) or report sent again
+ * must change nothing.
+ */
+
+const PATH = '/leaks/github';
+const PROPAGATION_LIMIT_MS = 1000;
+
+interface Signer {
+  readonly identifier: string;
+  readonly privateKey: KeyObject;
+  readonly pem: string;
+}
+
+function newSigner(): Signer {
+  const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
+  const der = publicKey.export({ type: 'spki', format: 'der' });
+  return {
+    identifier: createHash('sha256').update(der).digest('hex'),
+    privateKey,
+    pem: publicKey.export({ type: 'spki', format: 'pem' }).toString(),
+  };
+}
+
+interface Report {
+  readonly token: string;
+  readonly type?: string;
+  readonly url?: string;
+  readonly source?: string;
+}
+
+function reportBody(reports: readonly Report[]): Buffer {
+  return Buffer.from(
+    JSON.stringify(
+      reports.map((report) => ({
+        token: report.token,
+        type: report.type ?? 'tollgate_secret_key',
+        url: report.url ?? 'https://github.com/octo/shop/blob/0123abc/config/prod.env',
+        source: report.source ?? 'content',
+      })),
+    ),
+  );
+}
+
+function signatureOf(signer: Signer, body: Buffer): string {
+  return sign('sha256', body, { key: signer.privateKey, dsaEncoding: 'der' }).toString('base64');
+}
+
+describeWithPostgres('the secret-scanning endpoint on the database key store, two gateways', () => {
+  let server: TestPostgres;
+  let first: RunningGateway;
+  let second: RunningGateway;
+  let rolling: RunningGateway;
+  let logs: CapturedLogs;
+  let keysServer: http.Server;
+  let keysReads = 0;
+  const github = newSigner();
+  const figures: Record<string, number> = {};
+
+  const portOf = (url: string | undefined): number => Number(new URL(url ?? 'http://x:1').port);
+  /** The operators' writes, through a key store of their own on the same database. */
+  let admin: PgKeyStore;
+  const store = (): PgKeyStore => admin;
+
+  /** A report posted to `gateway` (the first by default), signed by `signer` unless told. */
+  const post = (
+    body: Buffer,
+    headers: Record<string, string>,
+    gateway: RunningGateway = first,
+  ): Promise<HttpResult> =>
+    fetch(`${gateway.url}${PATH}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: new Uint8Array(body),
+    }).then(async (response) => ({
+      status: response.status,
+      headers: Object.fromEntries(response.headers),
+      text: await response.text(),
+      body: undefined,
+    }));
+  const signed = (body: Buffer, signer = github, gateway = first): Promise<HttpResult> =>
+    post(
+      body,
+      {
+        'github-public-key-identifier': signer.identifier,
+        'github-public-key-signature': signatureOf(signer, body),
+      },
+      gateway,
+    );
+  const onSecond = (secret: string): Promise<HttpResult> =>
+    httpRequest({
+      port: portOf(second.url),
+      path: '/api/v1/wallets/',
+      headers: { authorization: `Bearer ${secret}` },
+    });
+  const tokenOf = async (publishable: string, secret: string): Promise<string> => {
+    const exchanged = await httpRequest({
+      port: portOf(second.url),
+      method: 'POST',
+      path: '/api/v1/auth/generate-token/',
+      json: { api_key: publishable, api_secret: secret },
+    });
+    expect(exchanged.status).toBe(200);
+    return String(exchanged.body?.token);
+  };
+  const newKey = async (): Promise<{ id: string; secret: string; publishable: string }> => {
+    const key = await store().createKey('acct_shop');
+    // In force on every gateway before the test goes on.
+    const started = Date.now();
+    while (
+      (await onSecond(key.secretKey)).status !== 200 ||
+      [first, rolling].some(
+        (gateway) => gateway.keyStore.findBySecretKey(key.secretKey) === undefined,
+      )
+    ) {
+      if (Date.now() - started > 3000)
+        throw new Error('a new key never reached the second gateway');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    return { id: key.id, secret: key.secretKey, publishable: key.publishableKey };
+  };
+  /** The keys of `acct_shop` as the database holds them: what a refused report must not change. */
+  const stored = async (): Promise<unknown> =>
+    (await store().listAccounts()).map((account) => ({
+      id: account.id,
+      keys: account.keys.map((key) => ({
+        id: key.id,
+        revokedAt: key.revokedAt,
+        expiresAt: key.expiresAt,
+      })),
+    }));
+  const answers = (result: HttpResult): unknown => JSON.parse(result.text) as unknown;
+
+  beforeAll(async () => {
+    server = await startTestPostgres();
+    const url = await server.createDatabase('scanning');
+    const pool = new Pool({ connectionString: url });
+    await migrate(pool);
+    await pool.end();
+    keysServer = http.createServer((_req, res) => {
+      keysReads += 1;
+      res.setHeader('content-type', 'application/json');
+      res.end(
+        JSON.stringify({
+          public_keys: [{ key_identifier: github.identifier, key: github.pem, is_current: true }],
+        }),
+      );
+    });
+    await new Promise<void>((resolve) => keysServer.listen(0, '127.0.0.1', resolve));
+    const keysUrl = `http://127.0.0.1:${String((keysServer.address() as AddressInfo).port)}/keys`;
+    const env = { PORT: '0', TOLLGATE_DATABASE_URL: url, TOLLGATE_TOKEN_SECRET: TOKEN_SECRET };
+    logs = captureLogs();
+    first = await startGateway(
+      loadConfig({
+        ...env,
+        TOLLGATE_SECRET_SCANNING_PATH: PATH,
+        TOLLGATE_SECRET_SCANNING_KEYS_URL: keysUrl,
+      }),
+      { logger: logs.logger, print: () => undefined },
+    );
+    second = await startGateway(loadConfig(env), {
+      logger: captureLogs().logger,
+      print: () => undefined,
+    });
+    rolling = await startGateway(
+      loadConfig({
+        ...env,
+        TOLLGATE_SECRET_SCANNING_PATH: PATH,
+        TOLLGATE_SECRET_SCANNING_KEYS_URL: keysUrl,
+        TOLLGATE_SECRET_SCANNING_ACTION: 'roll',
+        TOLLGATE_SECRET_SCANNING_GRACE_SECONDS: '600',
+      }),
+      { logger: captureLogs().logger, print: () => undefined },
+    );
+    admin = await PgKeyStore.open({
+      connectionString: url,
+      logger: captureLogs().logger,
+      limitScopes: GATEWAY_LIMIT_SCOPES,
+    });
+    await store().createAccount('acct_shop');
+  }, 60_000);
+  afterAll(async () => {
+    await rolling.stop(500);
+    await second.stop(500);
+    await first.stop(500);
+    await admin.close();
+    await new Promise((resolve) => keysServer.close(resolve));
+    server.destroy();
+    process.stdout.write(
+      `[secret-scanning] revoked on the second gateway after ${figures.revoke?.toFixed(0) ?? '?'} ms\n`,
+    );
+  });
+
+  it('revokes a reported secret key: the second gateway refuses it and its token within 1 s', async () => {
+    const key = await newKey();
+    const token = await tokenOf(key.publishable, key.secret);
+    expect((await onSecond(token)).status).toBe(200);
+    logs.clear();
+
+    const body = reportBody([{ token: key.secret }]);
+    const answered = await signed(body);
+    const started = performance.now();
+    expect(answered.status).toBe(200);
+    expect(answers(answered)).toEqual([
+      { token_raw: key.secret, token_type: 'tollgate_secret_key', label: 'true_positive' },
+    ]);
+    for (;;) {
+      if ((await onSecond(key.secret)).status === 401) break;
+      if (performance.now() - started > 3000) throw new Error('still in force after 3 s');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    figures.revoke = performance.now() - started;
+    expect(figures.revoke).toBeLessThan(PROPAGATION_LIMIT_MS);
+    expectErrorBody(await onSecond(token), { status: 401, code: 'invalid_token' });
+
+    // The log names the key, its account and where it was found; never the secret.
+    const entries = logs.entries();
+    expect(entries).toContainEqual(
+      expect.objectContaining({
+        level: 'warn',
+        event: 'security.leaked_secret_key',
+        reason: 'public_repository',
+        action: 'revoked',
+        key_id: key.id,
+        account_id: 'acct_shop',
+        source_url: 'https://github.com/octo/shop/blob/0123abc/config/prod.env',
+      }),
+    );
+    expect(entries).toContainEqual(
+      expect.objectContaining({
+        event: 'admin.audit',
+        action: 'keys.revoke',
+        actor: 'secret_scanning',
+        target: key.id,
+        account_id: 'acct_shop',
+      }),
+    );
+    expect(findLeaks(logs.lines.join('\n'), [key.secret])).toEqual([]);
+    const metrics = await first.app.metrics.text();
+    expect(metrics).toContain('tollgate_leaked_secret_keys_total{reason="public_repository"} 1');
+    expect(metrics).toContain(
+      'tollgate_secret_scanning_reports_total{type="secret",label="true_positive",action="revoked"} 1',
+    );
+
+    // The same signed report again: the key stays revoked as it was, nothing is logged as new.
+    const before = await stored();
+    logs.clear();
+    const replayed = await signed(body);
+    expect(answers(replayed)).toEqual([
+      { token_raw: key.secret, token_type: 'tollgate_secret_key', label: 'false_positive' },
+    ]);
+    expect(await stored()).toEqual(before);
+    expect(logs.entries().filter((entry) => entry.event === 'security.leaked_secret_key')).toEqual(
+      [],
+    );
+    expect(await first.app.metrics.text()).toContain(
+      'tollgate_leaked_secret_keys_total{reason="public_repository"} 1',
+    );
+  });
+
+  it('answers false_positive for a key it does not hold or a token that is not a key', async () => {
+    const before = await stored();
+    const notHeld = generateKey('secret', 'live');
+    const answered = await signed(
+      reportBody([
+        { token: notHeld },
+        { token: generateKey('publishable', 'test'), type: 'tollgate_publishable_key' },
+        { token: 'sk_live_not_a_key_at_all' },
+      ]),
+    );
+    expect(answered.status).toBe(200);
+    expect(answers(answered)).toEqual([
+      { token_raw: notHeld, token_type: 'tollgate_secret_key', label: 'false_positive' },
+      expect.objectContaining({ label: 'false_positive' }),
+      expect.objectContaining({ token_raw: 'sk_live_not_a_key_at_all', label: 'false_positive' }),
+    ]);
+    expect(await stored()).toEqual(before);
+  });
+
+  it('never revokes a publishable key: true_positive, logged, and the key pair still works', async () => {
+    const key = await newKey();
+    const before = await stored();
+    logs.clear();
+    const answered = await signed(
+      reportBody([{ token: key.publishable, type: 'tollgate_publishable_key' }]),
+    );
+    expect(answers(answered)).toEqual([
+      {
+        token_raw: key.publishable,
+        token_type: 'tollgate_publishable_key',
+        label: 'true_positive',
+      },
+    ]);
+    expect(logs.entries()).toContainEqual(
+      expect.objectContaining({
+        event: 'secret_scanning.key_reported',
+        key_type: 'publishable',
+        key_id: key.id,
+        action: 'none',
+      }),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await stored()).toEqual(before);
+    expect((await onSecond(key.secret)).status).toBe(200);
+    const checkout = await httpRequest({
+      port: portOf(second.url),
+      method: 'POST',
+      path: '/api/v1/checkout/',
+      headers: { 'X-Service-Public-API-Key': key.publishable },
+      json: { amount: 100 },
+    });
+    expect(checkout.status).toBeLessThan(400);
+  });
+
+  it('refuses unsigned, wrongly signed and tampered reports with one 401, changing nothing', async () => {
+    const key = await newKey();
+    const before = await stored();
+    const body = reportBody([{ token: key.secret }]);
+    const impostor = newSigner();
+    const tampered = reportBody([{ token: key.secret, url: 'https://example.com/elsewhere' }]);
+    const attempts: Record<string, HttpResult> = {
+      unsigned: await post(body, {}),
+      'identifier only': await post(body, { 'github-public-key-identifier': github.identifier }),
+      'another key, the programme identifier': await post(body, {
+        'github-public-key-identifier': github.identifier,
+        'github-public-key-signature': signatureOf(impostor, body),
+      }),
+      'signature of another body': await post(tampered, {
+        'github-public-key-identifier': github.identifier,
+        'github-public-key-signature': signatureOf(github, body),
+      }),
+      'not base64 DER': await post(body, {
+        'github-public-key-identifier': github.identifier,
+        'github-public-key-signature': 'bm90IGEgc2lnbmF0dXJl',
+      }),
+    };
+    const messages = new Set<unknown>();
+    for (const [label, answer] of Object.entries(attempts)) {
+      const error = expectErrorBody(answer, { status: 401, code: 'invalid_credentials' });
+      messages.add(error.message);
+      expect(`${label}: ${answer.text}`).not.toContain(key.secret);
+    }
+    // The same words whatever was wrong: an attacker learns nothing from the answer.
+    expect(messages.size).toBe(1);
+    expect(await stored()).toEqual(before);
+    expect((await onSecond(key.secret)).status).toBe(200);
+  });
+
+  it('reads the keys again once for an unknown signer, and not again right after', async () => {
+    const key = await newKey();
+    const before = await stored();
+    const stranger = newSigner();
+    const body = reportBody([{ token: key.secret }]);
+    const readsBefore = keysReads;
+    expectErrorBody(await signed(body, stranger), { status: 401, code: 'invalid_credentials' });
+    expect(keysReads).toBe(readsBefore + 1);
+    for (let i = 0; i < 5; i++) {
+      expectErrorBody(await signed(body, newSigner()), {
+        status: 401,
+        code: 'invalid_credentials',
+      });
+    }
+    expect(keysReads).toBe(readsBefore + 1);
+    expect(await stored()).toEqual(before);
+    expect((await onSecond(key.secret)).status).toBe(200);
+    expect(await first.app.metrics.text()).toContain(
+      'tollgate_secret_scanning_refusals_total{reason="unknown_key"} 6',
+    );
+  });
+
+  it('refuses a body over 64 KiB with 413 and the error body, signed or not, changing nothing', async () => {
+    const key = await newKey();
+    const before = await stored();
+    const padding = Array.from({ length: 700 }, () => ({ token: generateKey('secret', 'live') }));
+    const body = reportBody([{ token: key.secret }, ...padding]);
+    expect(body.length).toBeGreaterThan(64 * 1024);
+    expectErrorBody(await signed(body), { status: 413, code: 'payload_too_large' });
+    expect(await stored()).toEqual(before);
+    expect((await onSecond(key.secret)).status).toBe(200);
+  });
+
+  it('with roll: a grace period, then a report sent again rolls nothing more', async () => {
+    const key = await newKey();
+    const body = reportBody([{ token: key.secret }]);
+    const answered = await signed(body, github, rolling);
+    expect(answers(answered)).toEqual([
+      { token_raw: key.secret, token_type: 'tollgate_secret_key', label: 'true_positive' },
+    ]);
+    const afterRoll = await stored();
+    const keys = (afterRoll as { keys: { id: string; expiresAt: Date | null }[] }[])[0]?.keys ?? [];
+    const rolled = keys.find((entry) => entry.id === key.id);
+    expect(rolled?.expiresAt?.getTime()).toBeGreaterThan(Date.now() + 500_000);
+    // Still in force during the grace period.
+    expect((await onSecond(key.secret)).status).toBe(200);
+    const replayed = await signed(body, github, rolling);
+    expect(answers(replayed)).toEqual([expect.objectContaining({ label: 'true_positive' })]);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await stored()).toEqual(afterRoll);
+  });
+});
