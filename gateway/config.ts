@@ -188,7 +188,7 @@ export function loadConfig(env: Env): GatewayConfig {
 }
 
 /** Paths the gateway already serves, which the endpoint may not take. */
-const SERVED_PATHS = ['/api', '/authz', '/healthz', '/readyz', '/checkout'];
+const SERVED_PATHS = ['/api', '/authz', '/healthz', '/readyz'];
 
 /**
  * Off unless `TOLLGATE_SECRET_SCANNING_PATH` is set. It needs the database key store: a revocation

@@ -189,3 +189,78 @@ describe('loadConfig refuses invalid values, naming the variable first', () => {
     );
   });
 });
+
+describe('loadConfig: the secret-scanning endpoint', () => {
+  const database = { TOLLGATE_DATABASE_URL: 'postgres://127.0.0.1:5432/tollgate' };
+  const withPath = { ...database, TOLLGATE_SECRET_SCANNING_PATH: '/leaks/github' };
+
+  it('is off unless its path is set', () => {
+    expect(loadConfig(database).secretScanning).toBeUndefined();
+  });
+
+  it("reads GitHub's public keys, revokes, and counts 120 reports a minute by default", () => {
+    expect(loadConfig(withPath).secretScanning).toEqual({
+      path: '/leaks/github',
+      keysUrl: 'https://api.github.com/meta/public_keys/secret_scanning',
+      keysFile: undefined,
+      action: 'revoke',
+      graceSeconds: 300,
+      limit: 120,
+    });
+  });
+
+  it('reads only a local keys document when it is given alone', () => {
+    const config = loadConfig({
+      ...withPath,
+      TOLLGATE_SECRET_SCANNING_KEYS_FILE: '/etc/keys.json',
+    });
+    expect(config.secretScanning).toMatchObject({ keysUrl: undefined, keysFile: '/etc/keys.json' });
+  });
+
+  it.each([
+    ['TOLLGATE_SECRET_SCANNING_PATH', { TOLLGATE_SECRET_SCANNING_PATH: '/leaks/github' }],
+    [
+      'TOLLGATE_SECRET_SCANNING_PATH',
+      { TOLLGATE_KEYS_FILE: '/k.json', TOLLGATE_SECRET_SCANNING_PATH: '/leaks/github' },
+    ],
+    ['TOLLGATE_SECRET_SCANNING_PATH', { ...database, TOLLGATE_SECRET_SCANNING_PATH: 'leaks' }],
+    ['TOLLGATE_SECRET_SCANNING_PATH', { ...database, TOLLGATE_SECRET_SCANNING_PATH: '/api/v1/x' }],
+    ['TOLLGATE_SECRET_SCANNING_PATH', { ...database, TOLLGATE_SECRET_SCANNING_PATH: '/a/:id' }],
+    ['TOLLGATE_SECRET_SCANNING_KEYS_URL', { ...database, TOLLGATE_SECRET_SCANNING_KEYS_URL: 'x' }],
+    [
+      'TOLLGATE_SECRET_SCANNING_KEYS_URL',
+      { ...withPath, TOLLGATE_SECRET_SCANNING_KEYS_URL: 'http://keys.example.com/keys' },
+    ],
+    ['TOLLGATE_SECRET_SCANNING_ACTION', { ...withPath, TOLLGATE_SECRET_SCANNING_ACTION: 'delete' }],
+    [
+      'TOLLGATE_SECRET_SCANNING_GRACE_SECONDS',
+      { ...withPath, TOLLGATE_SECRET_SCANNING_GRACE_SECONDS: '60' },
+    ],
+    [
+      'TOLLGATE_SECRET_SCANNING_GRACE_SECONDS',
+      {
+        ...withPath,
+        TOLLGATE_SECRET_SCANNING_ACTION: 'roll',
+        TOLLGATE_SECRET_SCANNING_GRACE_SECONDS: '3601',
+      },
+    ],
+    ['TOLLGATE_SECRET_SCANNING_LIMIT', { ...withPath, TOLLGATE_SECRET_SCANNING_LIMIT: '0' }],
+  ] as [string, Record<string, string>][])('%s: %p', (variable, env) => {
+    const { message } = configError(env);
+    expect(message.startsWith(`${variable} `)).toBe(true);
+  });
+
+  it('takes http:// keys URLs on loopback only, and roll with a grace period', () => {
+    const config = loadConfig({
+      ...withPath,
+      TOLLGATE_SECRET_SCANNING_KEYS_URL: 'http://127.0.0.1:9000/keys',
+      TOLLGATE_SECRET_SCANNING_ACTION: 'roll',
+      TOLLGATE_SECRET_SCANNING_GRACE_SECONDS: '60',
+    });
+    expect(config.secretScanning).toMatchObject({
+      keysUrl: 'http://127.0.0.1:9000/keys',
+      action: 'roll',
+      graceSeconds: 60,
+    });
+  });
+});
