@@ -63,6 +63,14 @@ export interface SecretScanningOptions {
 export type RefusalReason =
   'unsigned' | 'unknown_key' | 'bad_signature' | 'too_large' | 'malformed';
 
+/** What was done to a reported key. */
+type Change =
+  | { readonly action: 'revoked' }
+  | { readonly action: 'rolled'; readonly replacementId: string }
+  | { readonly action: 'none' };
+
+const NOTHING: Change = { action: 'none' };
+
 /** The one answer to every report whose signature does not verify: it says nothing of why. */
 class UnverifiedReportError extends TollgateError {
   override readonly name = 'UnverifiedReportError';
@@ -112,7 +120,7 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
       next(tooLarge ? new PayloadTooLargeError() : new InvalidRequestError('Unreadable body'));
     });
   };
-  const writes = new Map<string, Promise<'revoked' | 'rolled' | 'none'>>();
+  const writes = new Map<string, Promise<Change>>();
 
   const handle: RequestHandler = function secretScanningReport(req, res, next) {
     const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
@@ -152,38 +160,38 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
       Date.now(),
       options.action === 'roll' ? options.graceSeconds : undefined,
     );
-    const action = finding.kind === 'live' ? await act(finding.key.id) : 'none';
-    const label = action === 'gone' ? 'false_positive' : labelOf(finding);
-    const done = action === 'gone' ? 'none' : action;
-    metrics.secretScanningReport(typeOf(finding), label, done);
+    const change = finding.kind === 'live' ? await act(finding.key.id) : NOTHING;
+    const label = change.action === 'gone' ? 'false_positive' : labelOf(finding);
+    const done = change.action === 'gone' ? NOTHING : change;
+    metrics.secretScanningReport(typeOf(finding), label, done.action);
     if (finding.kind !== 'unknown') record(req, reported, finding, label, done);
     return { token_raw: reported.token, token_type: reported.type, label };
   };
 
   /** One write per key at a time: a report sent twice at once rolls a key once. */
-  const act = async (keyId: string): Promise<'revoked' | 'rolled' | 'none' | 'gone'> => {
+  const act = async (keyId: string): Promise<Change | { action: 'gone' }> => {
     const pending = writes.get(keyId);
     if (pending !== undefined) {
       await pending;
-      return 'none';
+      return NOTHING;
     }
-    const write = change(keyId).finally(() => writes.delete(keyId));
+    const write = writeOnce(keyId).finally(() => writes.delete(keyId));
     writes.set(keyId, write);
     try {
       return await write;
     } catch (error) {
       // Revoked or expired by someone else since it was looked up: nothing left to do.
-      if (error instanceof ConflictError) return 'gone';
+      if (error instanceof ConflictError) return { action: 'gone' };
       throw error instanceof TollgateError ? error : new DatabaseUnavailableError();
     }
   };
-  const change = async (keyId: string): Promise<'revoked' | 'rolled'> => {
+  const writeOnce = async (keyId: string): Promise<Change> => {
     if (options.action === 'roll') {
-      await options.writer.roll(keyId, options.graceSeconds);
-      return 'rolled';
+      const rolled = await options.writer.roll(keyId, options.graceSeconds);
+      return { action: 'rolled', replacementId: rolled.key.id };
     }
     await options.writer.revoke(keyId);
-    return 'revoked';
+    return { action: 'revoked' };
   };
 
   /** The log lines of a reported key in force here or once in force: never the token. */
@@ -192,8 +200,9 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
     reported: ReportedToken,
     finding: Exclude<Finding, { kind: 'unknown' }>,
     label: TokenAnswer['label'],
-    action: 'revoked' | 'rolled' | 'none',
+    change: Change,
   ): void => {
+    const { action } = change;
     const { key } = finding;
     const fields = {
       key_id: key.id,
@@ -210,13 +219,22 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
         { event: 'secret_scanning.key_reported', ...fields, action },
         finding.kind === 'publishable'
           ? 'a publishable key was found in public: it is public by design and stays in force'
-          : 'a secret key was reported again: nothing changed',
+          : 'a secret key already revoked, expired or rolled was reported: nothing changed',
       );
       return;
     }
     metrics.secretKeyLeaked('public_repository');
+    // The replacement of a rolled key, for the operator to roll again and hand its secret over.
+    const replacement =
+      change.action === 'rolled' ? { replacement_key_id: change.replacementId } : {};
     logger.warn(
-      { event: 'security.leaked_secret_key', reason: 'public_repository', ...fields, action },
+      {
+        event: 'security.leaked_secret_key',
+        reason: 'public_repository',
+        ...fields,
+        action,
+        ...replacement,
+      },
       action === 'revoked'
         ? 'a secret key was found in public: revoked; the merchant needs a new key'
         : `a secret key was found in public: rolled, the old key stops in ${String(options.graceSeconds)} s`,
@@ -229,6 +247,7 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
       target: key.id,
       account_id: key.accountId,
       source_url: reported.url ?? null,
+      ...replacement,
       outcome: 'done',
       client_ip: req.clientIp,
       request_id: req.requestId,

@@ -25,6 +25,8 @@ import { type HttpResult, httpRequest } from '../helpers/process';
 
 const PATH = '/leaks/github';
 const PROPAGATION_LIMIT_MS = 1000;
+/** Reports per client address and minute on the gateway that rolls. */
+const ROLLING_LIMIT = 20;
 
 interface Signer {
   readonly identifier: string;
@@ -72,6 +74,7 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
   let second: RunningGateway;
   let rolling: RunningGateway;
   let logs: CapturedLogs;
+  let rollingLogs: CapturedLogs;
   let keysServer: http.Server;
   let keysReads = 0;
   const github = newSigner();
@@ -170,6 +173,7 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     const keysUrl = `http://127.0.0.1:${String((keysServer.address() as AddressInfo).port)}/keys`;
     const env = { PORT: '0', TOLLGATE_DATABASE_URL: url, TOLLGATE_TOKEN_SECRET: TOKEN_SECRET };
     logs = captureLogs();
+    rollingLogs = captureLogs();
     first = await startGateway(
       loadConfig({
         ...env,
@@ -189,8 +193,9 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
         TOLLGATE_SECRET_SCANNING_KEYS_URL: keysUrl,
         TOLLGATE_SECRET_SCANNING_ACTION: 'roll',
         TOLLGATE_SECRET_SCANNING_GRACE_SECONDS: '600',
+        TOLLGATE_SECRET_SCANNING_LIMIT: String(ROLLING_LIMIT),
       }),
-      { logger: captureLogs().logger, print: () => undefined },
+      { logger: rollingLogs.logger, print: () => undefined },
     );
     admin = await PgKeyStore.open({
       connectionString: url,
@@ -395,6 +400,7 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     const body = reportBody([{ token: key.secret }, ...padding]);
     expect(body.length).toBeGreaterThan(64 * 1024);
     expectErrorBody(await signed(body), { status: 413, code: 'payload_too_large' });
+    expectErrorBody(await post(body, {}), { status: 413, code: 'payload_too_large' });
     expect(await stored()).toEqual(before);
     expect((await onSecond(key.secret)).status).toBe(200);
   });
@@ -410,11 +416,36 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     const keys = (afterRoll as { keys: { id: string; expiresAt: Date | null }[] }[])[0]?.keys ?? [];
     const rolled = keys.find((entry) => entry.id === key.id);
     expect(rolled?.expiresAt?.getTime()).toBeGreaterThan(Date.now() + 500_000);
+    // The replacement is named in the log, for the operator to hand a secret over.
+    const leaked = rollingLogs
+      .entries()
+      .find((entry) => entry.event === 'security.leaked_secret_key' && entry.key_id === key.id);
+    expect(leaked).toMatchObject({ action: 'rolled', account_id: 'acct_shop' });
+    expect(keys.map((entry) => entry.id)).toContain(leaked?.replacement_key_id);
     // Still in force during the grace period.
     expect((await onSecond(key.secret)).status).toBe(200);
     const replayed = await signed(body, github, rolling);
     expect(answers(replayed)).toEqual([expect.objectContaining({ label: 'true_positive' })]);
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(await stored()).toEqual(afterRoll);
+  });
+
+  it('limits reports per client address: over the limit, 429 before the body is read', async () => {
+    const key = await newKey();
+    const before = await stored();
+    const body = reportBody([{ token: key.secret }]);
+    // Unsigned reports are refused, and counted, until the limit refuses them before anything.
+    let answer = await post(body, {}, rolling);
+    for (let sent = 1; answer.status === 401 && sent <= ROLLING_LIMIT; sent++) {
+      answer = await post(body, {}, rolling);
+    }
+    expectErrorBody(answer, { status: 429, code: 'rate_limited', scope: 'secret-scanning' });
+    expectErrorBody(await signed(body, github, rolling), {
+      status: 429,
+      code: 'rate_limited',
+      scope: 'secret-scanning',
+    });
+    expect(await stored()).toEqual(before);
+    expect((await onSecond(key.secret)).status).toBe(200);
   });
 });
