@@ -236,6 +236,7 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     }
     figures.revoke = performance.now() - started;
     expect(figures.revoke).toBeLessThan(PROPAGATION_LIMIT_MS);
+    expectErrorBody(await onSecond(key.secret), { status: 401, code: 'invalid_api_key' });
     expectErrorBody(await onSecond(token), { status: 401, code: 'invalid_token' });
 
     // The log names the key, its account and where it was found; never the secret.
