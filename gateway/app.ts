@@ -20,16 +20,10 @@ import {
   DEFAULT_PUBLIC_KEY_HEADER,
   type RouteTableEntry,
 } from '../lib/entry/core';
-import { createRateLimiter, refuseQueryCredentials, requestId, series } from '../lib/entry/express';
+import { refuseQueryCredentials, requestId, series } from '../lib/entry/express';
 import { createAccessLog } from './access-log';
 import { methodsByPath, routeDispatch } from './dispatch';
-import {
-  DEFAULT_LIMITS,
-  type LimitsConfig,
-  type SecretScanningConfig,
-  type ShadowConfig,
-  type TrustProxy,
-} from './config';
+import { DEFAULT_LIMITS, type LimitsConfig, type ShadowConfig, type TrustProxy } from './config';
 import { DecisionHistory, type MinuteCounts } from './decision-history';
 import { GatewayMetrics } from './metrics';
 import { createProxy } from './proxy';
@@ -42,7 +36,7 @@ import { apiDescription } from './openapi/document';
 import { createReadiness, type Readiness, reportsStatus, UpstreamProbe } from './readiness';
 import { GATEWAY_SCOPE_NAMES, GATEWAY_SCOPES, type GatewayScope } from './keys-cli/limit-scopes';
 import { ID_PATTERN, ROUTES, type RouteSpec } from './routes';
-import { type KeyWriter, secretScanning, VerificationKeys } from './secret-scanning';
+import { type SecretScanningRouteOptions, secretScanningRoute } from './secret-scanning';
 
 /**
  * The sample gateway: the route table of `routes.ts` composed from the kit's middlewares, in front
@@ -74,11 +68,8 @@ export interface AppOptions {
    */
   checkAnswers?: boolean;
   /** The secret-scanning endpoint, and the store's writes it revokes or rolls keys with. */
-  secretScanning?: { config: SecretScanningConfig; writer: KeyWriter } | undefined;
+  secretScanning?: Pick<SecretScanningRouteOptions, 'config' | 'writer'> | undefined;
 }
-
-/** The largest secret-scanning report read: GitHub's carry a few tokens, well under 1 KiB each. */
-const SECRET_SCANNING_BODY_LIMIT = 64 * 1024;
 
 export type GatewayApp = Express & {
   /** Stops timers and closes upstream connections (not the Redis client, which the caller owns). */
@@ -269,51 +260,19 @@ export function createApp(options: AppOptions): GatewayApp {
   for (const [path, browser] of browserCors) {
     entries.push({ method: 'OPTIONS', path, value: browser });
   }
-  const scanning = options.secretScanning;
-  const scanningLimiter =
-    scanning === undefined
+  const scanning =
+    options.secretScanning === undefined
       ? undefined
-      : createRateLimiter({
-          name: 'secret-scanning',
-          limit: scanning.config.limit,
-          key: 'ip',
+      : secretScanningRoute({
+          ...options.secretScanning,
+          keyStore,
+          logger,
+          metrics,
           redis: options.redis,
-          prefix: options.redisPrefix,
+          redisPrefix: options.redisPrefix,
           expectedInstances: options.expectedInstances,
         });
-  if (scanning !== undefined && scanningLimiter !== undefined) {
-    const keys = new VerificationKeys(
-      { url: scanning.config.keysUrl, file: scanning.config.keysFile },
-      (read) => {
-        if (read.outcome === 'done') {
-          logger.info(
-            { event: 'secret_scanning.keys_read', keys: read.keys },
-            'secret scanning: verification keys read',
-          );
-        } else {
-          logger.error(
-            { event: 'secret_scanning.keys_failed', reason: read.reason },
-            'secret scanning: the verification keys could not be read; reports signed with keys not yet known are refused',
-          );
-        }
-      },
-    );
-    entries.push({
-      method: 'POST',
-      path: scanning.config.path,
-      value: secretScanning({
-        keys,
-        keyStore,
-        writer: scanning.writer,
-        action: scanning.config.action,
-        graceSeconds: scanning.config.graceSeconds,
-        logger,
-        metrics,
-        limiter: scanningLimiter.middleware,
-        maxBodyBytes: SECRET_SCANNING_BODY_LIMIT,
-      }),
-    });
-  }
+  if (scanning !== undefined) entries.push(scanning.entry);
   entries.push(
     { method: 'GET', path: '/healthz', value: healthz },
     { method: 'GET', path: '/readyz', value: readiness.handler },
@@ -333,7 +292,7 @@ export function createApp(options: AppOptions): GatewayApp {
       // The Redis client and its health outlive the app (the caller owns them).
       health?.off('change', reportRateLimits);
       gate.close();
-      scanningLimiter?.store.shutdown();
+      scanning?.shutdown();
       proxy.close();
       void probe.close();
     },

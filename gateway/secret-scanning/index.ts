@@ -2,13 +2,16 @@ import express, { type Request, type RequestHandler } from 'express';
 import {
   ConflictError,
   type KeyStore,
+  type LimiterRedis,
   type Logger,
   PayloadTooLargeError,
   type PgKeyStore,
   TollgateError,
   InvalidRequestError,
 } from '../../lib';
-import { series } from '../../lib/entry/express';
+import { createRateLimiter, series } from '../../lib/entry/express';
+import type { RouteTableEntry } from '../../lib/entry/core';
+import type { SecretScanningConfig } from '../config';
 import { DatabaseUnavailableError } from '../admin/database-store';
 import type { GatewayMetrics } from '../metrics';
 import {
@@ -19,7 +22,7 @@ import {
   type ReportedToken,
   type TokenAnswer,
 } from './reports';
-import type { VerificationKeys } from './verification-keys';
+import { VerificationKeys } from './verification-keys';
 
 export { VerificationKeys, type VerificationKeySources } from './verification-keys';
 
@@ -268,4 +271,65 @@ function singleHeader(req: Request, name: string): string | undefined {
 function typeOf(finding: Finding): 'secret' | 'publishable' | 'unknown' {
   if (finding.kind === 'unknown') return 'unknown';
   return finding.kind === 'publishable' ? 'publishable' : 'secret';
+}
+
+/** The largest report read: GitHub's carry a few tokens, well under 1 KiB each. */
+const BODY_LIMIT = 64 * 1024;
+
+export interface SecretScanningRouteOptions {
+  readonly config: SecretScanningConfig;
+  readonly writer: KeyWriter;
+  readonly keyStore: KeyStore;
+  readonly logger: Logger;
+  readonly metrics: GatewayMetrics;
+  /** Where reports are counted per client address; without it, in memory. */
+  readonly redis?: LimiterRedis | undefined;
+  readonly redisPrefix?: string | undefined;
+  readonly expectedInstances?: number | undefined;
+}
+
+/** The gateway's route for reports, from its settings; `shutdown()` stops the limiter's timers. */
+export function secretScanningRoute(options: SecretScanningRouteOptions): {
+  entry: RouteTableEntry<RequestHandler>;
+  shutdown(): void;
+} {
+  const { config, logger } = options;
+  const limiter = createRateLimiter({
+    name: 'secret-scanning',
+    limit: config.limit,
+    key: 'ip',
+    redis: options.redis,
+    prefix: options.redisPrefix,
+    expectedInstances: options.expectedInstances,
+  });
+  const keys = new VerificationKeys({ url: config.keysUrl, file: config.keysFile }, (read) => {
+    if (read.outcome === 'done') {
+      logger.info(
+        { event: 'secret_scanning.keys_read', keys: read.keys },
+        'secret scanning: verification keys read',
+      );
+    } else {
+      logger.error(
+        { event: 'secret_scanning.keys_failed', reason: read.reason },
+        'secret scanning: the verification keys could not be read; reports signed with keys not yet known are refused',
+      );
+    }
+  });
+  const handler = secretScanning({
+    keys,
+    keyStore: options.keyStore,
+    writer: options.writer,
+    action: config.action,
+    graceSeconds: config.graceSeconds,
+    logger,
+    metrics: options.metrics,
+    limiter: limiter.middleware,
+    maxBodyBytes: BODY_LIMIT,
+  });
+  return {
+    entry: { method: 'POST', path: config.path, value: handler },
+    shutdown: () => {
+      limiter.store.shutdown();
+    },
+  };
 }
