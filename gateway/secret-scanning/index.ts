@@ -28,7 +28,7 @@ export { VerificationKeys, type VerificationKeySources } from './verification-ke
 
 /**
  * The secret-scanning partner endpoint (docs/secret-scanning.md), on the main listener at the path
- * configured. GitHub finds a Tollgate key in a public repository, gist, issue or npm package and
+ * configured. GitHub finds a Tollgate key in a public repository, gist or npm package and
  * posts it here, signed; a secret key in force is revoked at once (or rolled, keeping it alive for
  * a short grace period), through the database key store so that every instance refuses it, and
  * every token issued from it, within about a second. A publishable key is public by design: it is

@@ -12,7 +12,7 @@ import { keyPrefixType, keyShape } from '../../lib/keys/key-format';
 export interface ReportedToken {
   readonly token: string;
   readonly type: string;
-  /** Where the token was found (a commit's file, an issue, a package): in the audit line. */
+  /** Where the token was found (a commit's file, a gist, a package): in the audit line. */
   readonly url: string | undefined;
   /** What kind of place it was found in (`content`, `commit`, `npm`, …). */
   readonly source: string | undefined;
