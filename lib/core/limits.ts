@@ -13,7 +13,7 @@ import {
   required,
   wholeNumber,
 } from '../options';
-import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from '../rate-limit/window';
+import { type LimiterRedis, MAX_LIMIT, MAX_WINDOW_MS, MIN_WINDOW_MS } from '../rate-limit/window';
 import {
   AdmissionStore,
   type CounterRequest,
@@ -41,7 +41,10 @@ export type AccountLimits = Readonly<Record<string, number>>;
 export type ScopeKey = 'account' | 'ip';
 
 export interface ScopeDefinition {
-  /** Requests admitted per window. */
+  /**
+   * Requests admitted per window, from 1 to 1 000 000 (a rolling window keeps a time per
+   * admission).
+   */
   readonly limit: number;
   /**
    * The window in ms, from 1 000 (a second) to 86 400 000 (a day). Defaults to the gate's
@@ -90,7 +93,7 @@ export interface Admission {
 
 /** The rule of each field of a scope's definition. */
 export const SCOPE_DEFINITION_CHECKS: OptionChecks<ScopeDefinition> = {
-  limit: required(wholeNumber(1)),
+  limit: required(wholeNumber(1, MAX_LIMIT)),
   window: wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS),
   per: oneOf(['account', 'ip']),
 };

@@ -2,6 +2,7 @@ import { IpWhitelist } from '../core/ip-whitelist';
 import { ROLES, type Role, isRole } from '../core/roles';
 import type { AccountLimits, LimitScopes } from './key-record';
 import { keyShape } from './key-format';
+import { MAX_LIMIT } from '../rate-limit/window';
 
 /**
  * The rules every account and key must pass, wherever it comes from: the keys file, the key
@@ -82,8 +83,8 @@ function isCalendarDate(time: string): boolean {
   return (day ?? 0) <= daysInMonth;
 }
 
-/** The highest per-account limit, per window. */
-export const MAX_ACCOUNT_LIMIT = 1_000_000;
+/** The highest per-account limit, per window: the highest of any counter. */
+export const MAX_ACCOUNT_LIMIT = MAX_LIMIT;
 
 /**
  * An account's limit overrides: an object of per-account scope to a whole number
@@ -100,7 +101,7 @@ export function accountLimits(
 ): AccountLimits | undefined {
   const owner = `account ${JSON.stringify(account)}`;
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    return fail(where, `${owner}: must be an object of scope name to requests per minute`);
+    return fail(where, `${owner}: must be an object of scope name to requests per window`);
   }
   const names = Object.keys(value).sort();
   if (names.length === 0) return undefined;

@@ -240,7 +240,7 @@ export async function setLimits(
 ): Promise<AccountView> {
   const id = lookupId(accountId, 'account');
   if (limits === undefined) {
-    invalid('limits', 'is required: an object of scope name to requests per minute, or null');
+    invalid('limits', 'is required: an object of scope name to requests per window, or null');
   }
   const overrides = limitsParameter(limits, id, scopes);
   return inTransaction(pool, async (client) => {

@@ -94,6 +94,8 @@ local function ringTtl(key, r, window, limit)
   local index = r.n >= limit and r.n - limit or 0
   local stamp = r.oldest
   if index > 0 then stamp = stampAt(key, r, index) end
+  -- A time ahead of the clock (it stepped back) leaves the window that much later.
+  if ahead(stamp) then return window + (stamp - nowMod) % MOD end
   return window - age(stamp)
 end
 -- Appends one admission at the clock's time (never before the newest), growing the ring by

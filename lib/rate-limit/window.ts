@@ -6,6 +6,8 @@ import type { RedisHealth } from './redis-health';
 export const DEFAULT_WINDOW_MS = 60_000;
 /** The shortest window: `Retry-After` and the `RateLimit` headers count whole seconds. */
 export const MIN_WINDOW_MS = 1000;
+/** The highest limit of a counter, per window: a rolling window keeps a time per admission. */
+export const MAX_LIMIT = 1_000_000;
 /** The longest window: a day (rolling windows keep admission times modulo 2^32 ms). */
 export const MAX_WINDOW_MS = 86_400_000;
 export const DEFAULT_PREFIX = 'tollgate:rl:';

@@ -554,6 +554,18 @@ describe('the messages a new user meets', () => {
     );
   });
 
+  it("a scope's limit is a whole number from 1 to 1 000 000, or refused naming it", () => {
+    const withLimit = (limit: number) => (): void => {
+      tollgate({ keyStore, scopes: { orders: { limit } } }).close();
+    };
+    for (const limit of [0, 1_000_001, 2.5]) {
+      expect(withLimit(limit)).toThrow(
+        /^tollgate\(\): scope orders: limit must be a whole number from 1 to 1000000; got /,
+      );
+    }
+    expect(withLimit(1_000_000)).not.toThrow();
+  });
+
   it("a scope's window is a whole number of ms from a second to a day, or refused naming it", () => {
     const withWindow = (window: unknown) => (): void => {
       tollgate({ keyStore, scopes: { orders: { limit: 10, window: window as number } } }).close();
