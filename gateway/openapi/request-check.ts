@@ -110,7 +110,7 @@ export function bodyFault(description: ApiDescription, errors: readonly ErrorObj
     const where = unknown.instancePath === '' ? '' : `${fieldPath(unknown.instancePath)}: `;
     return allowed.length === 0
       ? `${where}This route takes no body fields`
-      : `${where}unknown field ${JSON.stringify(field.slice(0, 64))}; expected ${allowed.join(', ')}`;
+      : `${where}unknown field ${echoed(field)}; expected ${allowed.join(', ')}`;
   }
   const missing = errors.find((error) => error.keyword === 'required');
   if (missing !== undefined) {
@@ -137,9 +137,19 @@ export function bodyFault(description: ApiDescription, errors: readonly ErrorObj
         .replace(/\[\d+\]$/, '')
         .split('.')
         .pop() ?? where;
-    return `${where}: unknown ${name} ${JSON.stringify(deepest.data)}; expected one of ${allowed}`;
+    return `${where}: unknown ${name} ${echoed(deepest.data)}; expected one of ${allowed}`;
   }
   return `${where}: ${describedBy(description, deepest.parentSchema)}`;
+}
+
+/**
+ * What was sent, quoted, when it is a short name (`"level-9"`, `"ipWhitelist"`); anything longer
+ * or of other characters (a key pasted in the wrong field) is not sent back.
+ */
+function echoed(value: unknown): string {
+  return typeof value === 'string' && /^[A-Za-z0-9_.:-]{1,24}$/.test(value)
+    ? JSON.stringify(value)
+    : 'value';
 }
 
 /** `/limits/payments` as `limits.payments`, `/permissions/1` as `permissions[1]`. */

@@ -140,6 +140,12 @@ describeWithPostgres('restricted keys on the database key store', () => {
       'permissions[1]: key "key_partner": permission "otp:confirm" is listed twice',
     ],
     [{ role: 'level-9', permissions: ['otp:confirm'] }, 'role: unknown role "level-9"'],
+    // A secret pasted into the wrong field is not sent back.
+    [{ role: `sk_test_${'a'.repeat(32)}_abcdef` }, 'role: unknown role value; expected one of'],
+    [
+      { [`sk_test_${'b'.repeat(32)}_abcdef`]: 1 },
+      'unknown field value; expected role, permissions',
+    ],
     [{}, 'role or permissions is required'],
     [{ permission: ['otp:confirm'] }, 'unknown field "permission"; expected role, permissions'],
   ])('refuses PATCH %j with 400 naming the fault, changing nothing', async (json, message) => {
