@@ -2,6 +2,7 @@ import type { RequestHandler } from 'express';
 import type { DecisionEvent, Logger } from '../lib';
 import type { RateLimitState } from '../lib';
 import type { DecisionOutcome, GatewayMetrics } from './metrics';
+import { traceIds } from '../lib/internal';
 
 /**
  * One access line per request, with the gate's decision folded in: who (account, key id,
@@ -10,7 +11,8 @@ import type { DecisionOutcome, GatewayMetrics } from './metrics';
  * redactor. Refusals are `info`: a refusal is the gateway doing its job. What an operator must
  * act on is logged apart at `warn` (a leaked key, Redis down, the upstream down, a failed reload).
  * `/healthz`, `/readyz` and `/metrics` are logged at `debug` only: probes every few seconds would
- * drown the rest.
+ * drown the rest. While the request's span is recorded (tracing on, sampled), the line carries its
+ * `trace_id` and `span_id`.
  *
  * Every answer is counted by status for the metrics, whatever the log level.
  */
@@ -81,6 +83,9 @@ export function createAccessLog(options: {
         credential: auth?.credential,
       };
       if (!res.writableFinished) line.aborted = true;
+      // The request's trace, while its span is recorded: the line and the trace find each other.
+      const ids = traceIds(req.tollgateSpan);
+      if (ids !== undefined) Object.assign(line, ids);
       if (folded !== undefined && folded !== null) Object.assign(line, decisionFields(folded));
       if (probe) logger.debug?.(line);
       else logger.info(line);

@@ -64,6 +64,34 @@ export interface GatewayConfig {
   readonly shadow: ShadowConfig;
   /** The secret-scanning endpoint (`TOLLGATE_SECRET_SCANNING_PATH`); `undefined`: none. */
   readonly secretScanning: SecretScanningConfig | undefined;
+  /** OpenTelemetry tracing, from the standard `OTEL_*` variables; `undefined`: off. */
+  readonly tracing: TracingConfig | undefined;
+}
+
+/** The samplers of `OTEL_TRACES_SAMPLER` the gateway knows. */
+export const TRACE_SAMPLERS = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+] as const;
+export type TraceSamplerName = (typeof TRACE_SAMPLERS)[number];
+
+export interface TracingConfig {
+  /** `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` or `OTEL_EXPORTER_OTLP_PROTOCOL`; `http/protobuf` by default. */
+  readonly protocol: 'http/protobuf' | 'http/json';
+  /** `OTEL_TRACES_SAMPLER`; `parentbased_always_on` by default. */
+  readonly sampler: TraceSamplerName;
+  /** `OTEL_TRACES_SAMPLER_ARG`, the ratio of the `traceidratio` samplers; 1 by default. */
+  readonly ratio: number;
+  /**
+   * `TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING`: whether a caller's sampled flag decides for the
+   * `parentbased_*` samplers. `false` by default: the caller's trace is joined, the local sampler
+   * decides.
+   */
+  readonly trustRemoteSampling: boolean;
 }
 
 export interface SecretScanningConfig {
@@ -184,6 +212,7 @@ export function loadConfig(env: Env): GatewayConfig {
     admin: admin(env),
     shadow: shadow(env),
     secretScanning: secretScanning(env, databaseUrl),
+    tracing: tracing(env),
   };
 }
 
@@ -270,6 +299,75 @@ function keysUrlOf(env: Env): string | undefined {
     fail(name, 'must be https:// (http:// only on a loopback address)');
   }
   return url.toString();
+}
+
+/**
+ * Tracing is on when an OTLP endpoint is set (`OTEL_EXPORTER_OTLP_ENDPOINT` or
+ * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), unless `OTEL_SDK_DISABLED=true` or
+ * `OTEL_TRACES_EXPORTER=none`. The exporter reads the endpoints, headers and timeouts itself; the
+ * values the gateway acts on are checked here, so a typo stops the start instead of silently
+ * exporting nothing or everything.
+ */
+function tracing(env: Env): TracingConfig | undefined {
+  const trustRemoteSampling = booleanSetting(env, 'TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING', false);
+  const disabled = booleanSetting(env, 'OTEL_SDK_DISABLED', false);
+  const exporter = optional(env, 'OTEL_TRACES_EXPORTER') ?? 'otlp';
+  if (exporter !== 'otlp' && exporter !== 'none') {
+    fail('OTEL_TRACES_EXPORTER', `must be otlp or none, got ${JSON.stringify(exporter)}`);
+  }
+  const endpoints = ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'OTEL_EXPORTER_OTLP_ENDPOINT'];
+  for (const name of endpoints) {
+    const value = optional(env, name);
+    if (value !== undefined && !/^https?:\/\/[^\s]+$/.test(value)) {
+      fail(name, 'must be an http:// or https:// URL');
+    }
+  }
+  const protocolName = optional(env, 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL')
+    ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL'
+    : 'OTEL_EXPORTER_OTLP_PROTOCOL';
+  const protocol = optional(env, protocolName) ?? 'http/protobuf';
+  if (protocol !== 'http/protobuf' && protocol !== 'http/json') {
+    fail(
+      protocolName,
+      `must be http/protobuf or http/json (the gateway exports over HTTP), got ${JSON.stringify(protocol)}`,
+    );
+  }
+  const sampler = optional(env, 'OTEL_TRACES_SAMPLER') ?? 'parentbased_always_on';
+  if (!(TRACE_SAMPLERS as readonly string[]).includes(sampler)) {
+    fail(
+      'OTEL_TRACES_SAMPLER',
+      `must be one of ${TRACE_SAMPLERS.join(', ')}, got ${JSON.stringify(sampler)}`,
+    );
+  }
+  const ratioText = optional(env, 'OTEL_TRACES_SAMPLER_ARG');
+  let ratio = 1;
+  if (ratioText !== undefined && sampler.endsWith('traceidratio')) {
+    ratio = Number(ratioText);
+    if (!/^\d*\.?\d+$/.test(ratioText) || ratio > 1) {
+      fail(
+        'OTEL_TRACES_SAMPLER_ARG',
+        `must be a ratio from 0 to 1, got ${JSON.stringify(ratioText)}`,
+      );
+    }
+  }
+  if (
+    disabled ||
+    exporter === 'none' ||
+    endpoints.every((name) => optional(env, name) === undefined)
+  ) {
+    return undefined;
+  }
+  return { protocol, sampler: sampler as TraceSamplerName, ratio, trustRemoteSampling };
+}
+
+/** `true` or `false`, nothing else. */
+function booleanSetting(env: Env, name: string, fallback: boolean): boolean {
+  const value = optional(env, name);
+  if (value === undefined) return fallback;
+  if (value !== 'true' && value !== 'false') {
+    fail(name, `must be true or false, got ${JSON.stringify(value)}`);
+  }
+  return value === 'true';
 }
 
 const ACCOUNT_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;

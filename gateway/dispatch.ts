@@ -36,6 +36,12 @@ export function decodedParameter(pattern: RegExp): ParameterMatcher {
   };
 }
 
+/** A route's handler, and the route as `req.route` shows it. */
+interface RoutedHandler {
+  readonly handler: RequestHandler;
+  readonly route: { readonly path: string };
+}
+
 /**
  * Routes matched as Express's router matched them in the gateway (case-sensitive, an optional
  * trailing slash, parameters percent-decoded before `parameter` is tested). A path with no route
@@ -46,7 +52,16 @@ export function routeDispatch(
   entries: readonly RouteTableEntry<RequestHandler>[],
   parameter: RegExp,
 ): RequestHandler {
-  const table = new RouteTable(entries, decodedParameter(parameter));
+  // Each entry with its route as Express's router sets `req.route`, made once: `protect()` and the
+  // proxy read the template from it (the request's span name, `http.route`).
+  const table = new RouteTable(
+    entries.map((entry) => ({
+      method: entry.method,
+      path: entry.path,
+      value: { handler: entry.value, route: { path: entry.path } },
+    })),
+    decodedParameter(parameter),
+  );
   // One 405 handler per set of methods (as many as the table has paths at most).
   const refusals = new Map<string, RequestHandler>();
   const refusalFor = (allowed: readonly string[]): RequestHandler => {
@@ -60,15 +75,17 @@ export function routeDispatch(
     return refusal;
   };
   return function routeDispatchHandler(req: Request, res: Response, next: NextFunction): void {
-    let found: RouteLookup<RequestHandler>;
+    let found: RouteLookup<RoutedHandler>;
     try {
       found = table.match(req.method, req.path);
     } catch (refused) {
       next(refused);
       return;
     }
-    if (found.kind === 'found') found.value(req, res, next);
-    else if (found.kind === 'method_not_allowed') refusalFor(found.allowed)(req, res, next);
+    if (found.kind === 'found') {
+      req.route = found.value.route;
+      found.value.handler(req, res, next);
+    } else if (found.kind === 'method_not_allowed') refusalFor(found.allowed)(req, res, next);
     else next();
   };
 }

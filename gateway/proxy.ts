@@ -1,8 +1,10 @@
 import { validateHeaderName, validateHeaderValue } from 'node:http';
 import type { NextFunction, RequestHandler, Response } from 'express';
 import { type Dispatcher, Pool } from 'undici';
+import { type Span, SpanStatusCode } from '@opentelemetry/api';
 import { UpstreamError } from '../lib';
 import { identityHeaders } from '../lib/entry/core';
+import { injectTraceContext, routeTemplateOf, startUpstreamSpan } from '../lib/internal';
 
 /**
  * A streaming reverse proxy on an undici keep-alive pool, chosen over a node:http proxy on a
@@ -116,15 +118,28 @@ export function createProxy(options: ProxyOptions): Proxy {
     if (req.requestId !== undefined) headers['x-request-id'] = req.requestId;
     const body = req.rawBody;
     if (body === undefined) delete headers['content-type'];
+    const path = basePath + req.path;
+    // Tracing on: the upstream call is a child span, and the upstream's parent (`traceparent`).
+    const requestSpan = req.tollgateSpan;
+    let span: Span | undefined;
+    if (requestSpan !== undefined) {
+      span = startUpstreamSpan(requestSpan, {
+        method: req.method,
+        routeTemplate: routeTemplateOf(req),
+        url: base,
+        path,
+      });
+      if (span !== undefined) injectTraceContext(span, requestSpan.context, headers);
+    }
 
     pool.dispatch(
       {
         method: req.method,
-        path: basePath + req.path + querySuffix(req.originalUrl),
+        path: path + querySuffix(req.originalUrl),
         headers,
         body: body ?? null,
       },
-      new UpstreamExchange(res, next, options),
+      new UpstreamExchange(res, next, options, span),
     );
   };
 
@@ -164,6 +179,8 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     private readonly res: Response,
     private readonly next: NextFunction,
     private readonly options: ExchangeOptions,
+    /** The upstream call's span while tracing is on; ended with the exchange. */
+    private span?: Span,
   ) {
     // A client that hangs up cancels its upstream request instead of holding a pooled connection,
     // whether it is still queued for a connection, waiting for the answer or streaming it.
@@ -173,13 +190,13 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   private readonly clientClosed = (): void => {
     if (this.res.writableFinished) return;
-    this.end();
+    this.end('client_closed');
     this.controller?.abort(clientGone());
   };
 
   private readonly timedOut = (): void => {
     if (this.state === 'waiting') {
-      this.end();
+      this.end('timeout');
       this.controller?.abort(upstreamTimedOut());
       if (this.res.destroyed) return;
       this.options.onFailure?.('timeout');
@@ -190,16 +207,27 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
         return;
       }
       // The head is out: the client can only be told by the connection closing.
-      this.end();
+      this.end('timeout');
       this.controller?.abort(upstreamTimedOut());
       this.res.destroy();
     }
   };
 
-  /** No more to do for this exchange: later events from undici are ignored. */
-  private end(): void {
+  /**
+   * No more to do for this exchange: later events from undici are ignored. `failure` names why it
+   * ended without the whole answer (the span's `error.type`). The span ends here, once.
+   */
+  private end(failure?: string): void {
     this.state = 'over';
     clearTimeout(this.deadline);
+    const { span } = this;
+    if (span === undefined) return;
+    this.span = undefined;
+    if (failure !== undefined) {
+      span.setAttribute('error.type', failure);
+      span.setStatus({ code: SpanStatusCode.ERROR });
+    }
+    span.end();
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -220,6 +248,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
       return;
     }
     this.options.onAnswer?.((performance.now() - this.started) / 1000);
+    this.span?.setAttribute('http.response.status_code', statusCode);
     const namedByUpstream = connectionTokens(upstreamHeaders.connection);
     // Every header is checked before any is set: one Node would refuse (a character it forbids)
     // leaves none of the upstream's headers on the 502 that answers instead.
@@ -244,6 +273,10 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
       }
     }
     this.res.writeHead(statusCode);
+    if (statusCode >= 400) {
+      this.span?.setAttribute('error.type', String(statusCode));
+      this.span?.setStatus({ code: SpanStatusCode.ERROR });
+    }
     this.state = 'streaming';
     this.deadline.refresh();
   }
@@ -271,19 +304,19 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     const { state } = this;
-    this.end();
+    const kind = isConnectTimeout(error) ? 'timeout' : 'unavailable';
+    this.end(state === 'over' ? undefined : kind);
     if (state === 'streaming') {
       // The head is out: the client can only be told by the connection closing.
       this.res.destroy();
     } else if (state === 'waiting' && !this.res.destroyed) {
-      const kind = isConnectTimeout(error) ? 'timeout' : 'unavailable';
       this.options.onFailure?.(kind);
       this.next(new UpstreamError(kind));
     }
   }
 
   private fail(controller: Dispatcher.DispatchController, kind: 'unavailable'): void {
-    this.end();
+    this.end(kind);
     controller.abort(new Error('the upstream answer cannot be forwarded'));
     this.options.onFailure?.(kind);
     this.next(new UpstreamError(kind));

@@ -18,6 +18,7 @@ import { createGatewayServer } from './http-server';
 import { createDemoKeys, formatDemoCredentials } from './demo-keys';
 import { startStubUpstream } from './stub-upstream';
 import { GATEWAY_LIMIT_SCOPES } from './keys-cli/limit-scopes';
+import { startTracing } from './tracing';
 
 /**
  * Starts the sample gateway from a validated configuration: keys, token service, Redis, the stub
@@ -48,6 +49,8 @@ export async function startGateway(
   options: StartOptions,
 ): Promise<RunningGateway> {
   const { logger } = options;
+  // Before anything serves: the first request is traced too. Off (no OTLP endpoint): not loaded.
+  const tracing = config.tracing === undefined ? undefined : startTracing(config.tracing);
   let keyStore: KeyStore & Required<KeyDirectory>;
   let fileStore: FileKeyStore | undefined;
   let databaseStore: PgKeyStore | undefined;
@@ -188,6 +191,7 @@ export async function startGateway(
       upstream: stub === undefined ? 'configured' : 'bundled stub',
       rate_limits: config.redis === undefined ? 'memory' : config.redis.kind,
       keys: databaseStore !== undefined ? 'database' : fileStore === undefined ? 'demo' : 'file',
+      tracing: config.tracing === undefined ? 'off' : `otlp ${config.tracing.protocol}`,
     },
     `Tollgate listening on ${url}`,
   );
@@ -209,6 +213,8 @@ export async function startGateway(
       await databaseStore?.close();
       await redis?.close();
       if (stub !== undefined) await drain(stub.server, 1000);
+      // The spans of the last requests are exported before the process ends.
+      await tracing?.shutdown();
     },
   };
 }

@@ -7,3 +7,11 @@ export { faultName } from './errors';
 export { HEADER_NAME_PATTERN } from './core/credentials';
 export { DEFAULT_TOKEN_TTL_SECONDS, MIN_TOKEN_SECRET_BYTES } from './tokens/tokens';
 export { parseHostPort } from './rate-limit/redis-client';
+export { routeTemplateOf, traceRequest } from './express/request-span';
+export {
+  injectTraceContext,
+  recordFailure,
+  startUpstreamSpan,
+  traceIds,
+  TRACER_NAME,
+} from './core/tracing';

@@ -1,5 +1,6 @@
 import type { IpWhitelist } from './core/ip-whitelist';
 import type { Role } from './core/roles';
+import type { RequestSpan } from './core/tracing';
 
 /** How a request proved who it is. */
 export type CredentialKind = 'secret' | 'token' | 'publishable';
@@ -44,6 +45,8 @@ declare global {
       requestId?: string;
       /** The request body as received, set by `jsonBody()` so a proxy can forward it unchanged. */
       rawBody?: Buffer;
+      /** The request's span while tracing is on, set by `context()` or the first door. */
+      tollgateSpan?: RequestSpan;
     }
   }
 }

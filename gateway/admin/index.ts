@@ -9,6 +9,8 @@ import {
   refuseMalformedRequests,
   requestId,
 } from '../../lib/entry/express';
+import { createPathRedactor } from '../../lib/entry/core';
+import { traceRequest } from '../../lib/internal';
 import { adminAccess } from '../admin-access';
 import { dashboardRoutes } from '../dashboard';
 import { DashboardSessions } from '../dashboard-sessions';
@@ -107,7 +109,18 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
       ? [answerCheck(description, logger, operationAnswers(method, templateOf(path)))]
       : [];
 
-  app.use(requestId(), operatorHeaders, refuseMalformedRequests(), clientIp());
+  // Every admin request is a span of its own while tracing is on (named by its route in `audit`).
+  const loggablePath = createPathRedactor();
+  app.use(
+    (req, res, next) => {
+      traceRequest(req, res, loggablePath);
+      next();
+    },
+    requestId(),
+    operatorHeaders,
+    refuseMalformedRequests(),
+    clientIp(),
+  );
 
   const router = express.Router({ caseSensitive: true, strict: false });
   if (options.readiness !== undefined) {

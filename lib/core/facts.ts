@@ -1,3 +1,5 @@
+import type { RequestSpan } from './tracing';
+
 /**
  * What a door knows about a request: the only input of the decision core besides the route's
  * policy. An Express (4 or 5) or `node:http` request with the kit's `clientIp()` and `requestId()`
@@ -17,4 +19,9 @@ export interface RequestFacts {
   readonly clientIp?: string | undefined;
   /** For logs and security events. */
   readonly requestId?: string | undefined;
+  /**
+   * The request's span while tracing is on (set by the doors): the gate records its decision on it
+   * and starts the key lookup's and the admission's spans under it.
+   */
+  readonly tollgateSpan?: RequestSpan | undefined;
 }

@@ -5,6 +5,7 @@ import {
   InsufficientPermissionError,
   InsufficientRoleError,
   IpNotWhitelistedError,
+  type RateLimitedError,
 } from '../errors';
 import { permissionNames } from './permissions';
 import { IpWhitelist } from './ip-whitelist';
@@ -59,6 +60,14 @@ import {
   type ScopeUsage,
 } from './limits';
 import { AdmissionStore } from '../rate-limit/admission-store';
+import { context as contexts, trace, type Span } from '@opentelemetry/api';
+import {
+  recordDecision,
+  recordFailure,
+  type RequestSpan,
+  startChildSpan,
+  traceStep,
+} from './tracing';
 
 /**
  * The decision core (no Express, no HTTP objects): `decide(facts, policy)` says whether a request
@@ -465,6 +474,9 @@ export function buildGate<S extends Scopes>(
     enforced: !shadowScopes.has(scope.name),
   });
 
+  const rateLimitState = (): RateLimitState =>
+    options.redis === undefined ? 'memory' : options.redis.health.state;
+
   const accountScopes = [...scopes.values()].filter((scope) => scope.per === 'account');
   const usage = (accountId: string, limits?: AccountLimits): Promise<ScopeUsage[]> =>
     readUsage(store, accountScopes, accountId, limits);
@@ -472,9 +484,18 @@ export function buildGate<S extends Scopes>(
   /** Steps 2 and 3, under the failure budget. */
   const authenticate = (facts: RequestFacts, compiled: CompiledPolicy): Promise<AuthContext> =>
     new Promise((resolve, reject) => {
+      const requestSpan = facts.tollgateSpan;
       authFailures.queueAttempt(
         facts,
-        () => compiled.resolve(facts),
+        requestSpan === undefined
+          ? () => compiled.resolve(facts)
+          : () =>
+              traceStep(
+                requestSpan,
+                'tollgate.key_lookup',
+                () => compiled.resolve(facts),
+                describeLookup,
+              ),
         (error, auth) => {
           if (auth === undefined) reject(error instanceof Error ? error : new Error(String(error)));
           else resolve(auth);
@@ -540,14 +561,13 @@ export function buildGate<S extends Scopes>(
       authorise(facts, compiled, auth, findings);
       // Step 5: every limit the request meets, all or nothing, in one store call. Shadow scopes
       // are counted as if enforced, so the counts are right the day they are; nothing is sent.
-      const refusal = await admitAll(
-        store,
-        auth.credential === 'publishable' ? compiled.publishableLimits : compiled.limits,
-        auth,
-        facts.clientIp,
-        headers,
-        findings,
-      );
+      const uses = auth.credential === 'publishable' ? compiled.publishableLimits : compiled.limits;
+      const admit = (): Promise<RateLimitedError | undefined> =>
+        admitAll(store, uses, auth, facts.clientIp, headers, findings);
+      const refusal =
+        facts.tollgateSpan === undefined
+          ? await admit()
+          : await traceAdmission(facts.tollgateSpan, uses, rateLimitState(), admit);
       if (refusal !== undefined) throw refusal;
       return findings.length === 0
         ? { allowed: true, auth, headers }
@@ -560,6 +580,7 @@ export function buildGate<S extends Scopes>(
 
   const decide = async (facts: RequestFacts, compiled: CompiledPolicy): Promise<Decision> => {
     const decision = await decideNow(facts, compiled, []);
+    if (facts.tollgateSpan !== undefined) recordDecision(facts.tollgateSpan, compiled.id, decision);
     onDecision?.({ policy: compiled.id, facts, decision });
     return decision;
   };
@@ -568,6 +589,7 @@ export function buildGate<S extends Scopes>(
     const error = authFailures.refusalFor(facts);
     if (error === undefined) return undefined;
     const decision: Decision = { allowed: false, error, auth: undefined, headers: [] };
+    if (facts.tollgateSpan !== undefined) recordDecision(facts.tollgateSpan, compiled.id, decision);
     onDecision?.({ policy: compiled.id, facts, decision });
     return decision;
   };
@@ -576,7 +598,7 @@ export function buildGate<S extends Scopes>(
     policy,
     decide,
     refuseEarly,
-    rateLimitState: () => (options.redis === undefined ? 'memory' : options.redis.health.state),
+    rateLimitState,
     usage,
     // The failure budget counts in `store` too.
     close: () => {
@@ -584,6 +606,44 @@ export function buildGate<S extends Scopes>(
     },
     authFailures,
   };
+}
+
+/** The key lookup's span: who the credential is, never the credential. */
+function describeLookup(span: Span, auth: AuthContext): void {
+  span.setAttribute('tollgate.credential', auth.credential);
+  span.setAttribute('tollgate.account.id', auth.accountId);
+  span.setAttribute('tollgate.key.id', auth.keyId);
+}
+
+/**
+ * The admission's span: the scopes the request counts against, where they are counted (`shared`
+ * in Redis, `memory`, or `degraded`), and the scope that refused it. The store call runs in the
+ * span's context, so an instrumentation of the Redis client nests its command under it.
+ */
+async function traceAdmission(
+  requestSpan: RequestSpan,
+  uses: readonly LimitUse[],
+  state: RateLimitState,
+  admit: () => Promise<RateLimitedError | undefined>,
+): Promise<RateLimitedError | undefined> {
+  const span = startChildSpan(requestSpan, 'tollgate.admission', {
+    'tollgate.limit.scopes': uses.map((use) => use.scope.name),
+    'tollgate.rate_limits': state,
+  });
+  if (span === undefined) return admit();
+  try {
+    const refusal = await contexts.with(trace.setSpan(requestSpan.context, span), admit);
+    if (refusal !== undefined) {
+      span.setAttribute('tollgate.error.code', refusal.code);
+      if (refusal.scope !== undefined) span.setAttribute('tollgate.limit.scope', refusal.scope);
+    }
+    return refusal;
+  } catch (error) {
+    recordFailure(span, error);
+    throw error;
+  } finally {
+    span.end();
+  }
 }
 
 /**

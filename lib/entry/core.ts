@@ -41,3 +41,13 @@ export {
   REDACTED,
   type PathRedactorOptions,
 } from '../core/credential-scan';
+export {
+  endRequestSpan,
+  nameRequestSpan,
+  startRequestSpan,
+  traceContextHeaders,
+  TRACER_NAME,
+  type RequestEnd,
+  type RequestSpan,
+  type RequestStart,
+} from '../core/tracing';

@@ -20,6 +20,8 @@ import type { HeaderPair } from '../core/limits';
 import type { RequestFacts } from '../core/facts';
 import type { Logger } from '../types';
 import { assignClientIp } from './request-context';
+import { describeOriginalRequest, traceContextHeaders } from '../core/tracing';
+import { traceRequest } from './request-span';
 import { warnMisconfiguration } from './warnings';
 import {
   check,
@@ -81,10 +83,12 @@ export interface ForwardAuthContext {
   /** Header names that carry credentials: Envoy is asked to remove them upstream. */
   readonly credentialHeaders: readonly string[];
   readonly logger?: Logger | undefined;
+  /** The path as a span may record it (credentials redacted). Defaults to the path as it is. */
+  readonly loggablePath?: ((path: string) => string) | undefined;
 }
 
 type Route =
-  | { readonly kind: 'policy'; readonly policy: CompiledPolicy }
+  | { readonly kind: 'policy'; readonly policy: CompiledPolicy; readonly path: string }
   | { readonly kind: 'token-exchange' };
 
 const EXT_AUTHZ = '/ext-authz';
@@ -98,6 +102,7 @@ export function forwardAuthDoor(
 ): RequestHandler {
   checkOptions('forwardAuth()', options, FORWARD_AUTH_OPTION_CHECKS);
   const { gate, logger } = context;
+  const loggablePath = context.loggablePath ?? ((path: string): string => path);
   const table = new RouteTable<Route>(
     options.routes.map((route, index) => {
       const { method, path, ...policy } = route;
@@ -119,7 +124,7 @@ export function forwardAuthDoor(
         value:
           policy.accept === 'key-pair'
             ? { kind: 'token-exchange' }
-            : { kind: 'policy', policy: compiled },
+            : { kind: 'policy', policy: compiled, path },
       };
     }),
     options.parameterPattern,
@@ -155,6 +160,7 @@ export function forwardAuthDoor(
       next(new NotFoundError());
       return;
     }
+    const requestSpan = traceRequest(req, res, loggablePath);
     const refuse = (error: TollgateError, headers: readonly HeaderPair[] = []): void => {
       send(res, refusalAnswer(dialect, error, headers, req.requestId));
     };
@@ -173,6 +179,15 @@ export function forwardAuthDoor(
       return;
     }
     const lookup = table.match(original.method, original.path);
+    if (requestSpan !== undefined) {
+      describeOriginalRequest(
+        requestSpan,
+        original,
+        lookup.kind === 'found' && lookup.value.kind === 'policy' ? lookup.value.path : undefined,
+        dialect,
+        loggablePath,
+      );
+    }
     if (lookup.kind === 'not_found') {
       refuse(new NotFoundError());
       return;
@@ -197,6 +212,7 @@ export function forwardAuthDoor(
       headersDistinct: req.headersDistinct,
       clientIp: req.clientIp,
       requestId: req.requestId,
+      tollgateSpan: requestSpan,
     };
     const early = gate.refuseEarly(facts, route.policy);
     if (early !== undefined && !early.allowed) {
@@ -207,11 +223,15 @@ export function forwardAuthDoor(
       (decision) => {
         if (decision.allowed) {
           req.auth = decision.auth;
+          const answer = allowAnswer(dialect, decision.auth, decision.headers, {
+            credentialHeaders: context.credentialHeaders,
+          });
+          // The proxy forwards the request upstream as a child of this span: it passes these on.
           send(
             res,
-            allowAnswer(dialect, decision.auth, decision.headers, {
-              credentialHeaders: context.credentialHeaders,
-            }),
+            requestSpan === undefined
+              ? answer
+              : { ...answer, headers: [...answer.headers, ...traceContextHeaders(requestSpan)] },
           );
         } else {
           refuse(decision.error, decision.headers);

@@ -37,6 +37,9 @@ import { issueToken } from './token-exchange';
 import { forwardAuthDoor, type ForwardAuthOptions } from './forward-auth';
 import { CREDENTIAL_KINDS, type CredentialKind, type Logger } from '../types';
 import type { RateLimitState } from '../rate-limit/redis-health';
+import { createPathRedactor } from '../core/credential-scan';
+import { nameRequestSpan } from '../core/tracing';
+import { routeTemplateOf, traceRequest } from './request-span';
 
 /**
  * The Express door (Express 4.21+ and 5): `tollgate(options)` builds the decision core once and
@@ -142,6 +145,8 @@ export function tollgate<S extends Scopes>(
   };
   const publicKeyHeader = options.publicKeyHeader ?? DEFAULT_PUBLIC_KEY_HEADER;
   let warnedTrustProxy = false;
+  // A span's `url.path` is a path as the access log writes it: a key sent in a path is redacted.
+  const loggablePath = createPathRedactor({ keyStore: options.keyStore });
 
   const render = (
     decision: Decision,
@@ -163,6 +168,11 @@ export function tollgate<S extends Scopes>(
     readBody: RequestHandler | undefined,
   ): RequestHandler =>
     function protectMiddleware(req, res, next) {
+      const requestSpan = traceRequest(req, res, loggablePath);
+      if (requestSpan !== undefined) {
+        const route = routeTemplateOf(req);
+        if (route !== undefined) nameRequestSpan(requestSpan, req.method, route);
+      }
       // `context()` not mounted: derive the client address here rather than share one budget.
       const noAddress = req.clientIp === undefined ? assignClientIp(req) : undefined;
       if (noAddress !== undefined) {
@@ -229,6 +239,7 @@ export function tollgate<S extends Scopes>(
       gate,
       credentialHeaders: ['authorization', publicKeyHeader.toLowerCase()],
       logger,
+      loggablePath,
     });
   };
 
@@ -244,6 +255,7 @@ export function tollgate<S extends Scopes>(
           "app.set('trust proxy', true) lets any client choose its IP: trust your proxies' addresses instead",
         );
       }
+      traceRequest(req, res, loggablePath);
       steps(req, res, next);
     };
   };

@@ -118,6 +118,8 @@ export function askAs(
 /** The client headers deploy/envoy/envoy.yaml lets Envoy send (besides Host and Authorization). */
 const ENVOY_ALLOWED_HEADERS: ReadonlySet<string> = new Set([
   'authorization',
+  'traceparent',
+  'tracestate',
   'x-service-public-api-key',
   'origin',
   'sec-fetch-site',

@@ -1,0 +1,471 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { context, SpanKind, trace } from '@opentelemetry/api';
+import type { ReadableSpan } from '@opentelemetry/sdk-trace';
+import express from 'express';
+import { tollgate } from '../../lib';
+import { allSecrets, createFixtures } from '../helpers/fixtures';
+import { askAs } from '../helpers/forward-auth';
+import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
+import {
+  installTestTracing,
+  parseTraceparent,
+  spanTexts,
+  type TestTracing,
+  traceparent,
+} from '../helpers/tracing';
+
+/**
+ * OpenTelemetry tracing of each door with the spans kept in memory: the request's server span
+ * named by its route, the key lookup's and the admission's spans under it, the upstream call as a
+ * CLIENT span whose context the upstream receives, the forward-auth door handing its span back to
+ * the proxy, the caller's sampled flag not trusted, and never a credential in any span.
+ */
+
+const CALLER_TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
+const CALLER_SPAN = '00f067aa0ba902b7';
+
+function byName(spans: readonly ReadableSpan[], name: string): ReadableSpan {
+  const span = spans.find((each) => each.name === name);
+  if (span === undefined) {
+    throw new Error(`no span ${name}; got ${spans.map((each) => each.name).join(', ')}`);
+  }
+  return span;
+}
+
+function serverSpan(spans: readonly ReadableSpan[]): ReadableSpan {
+  const servers = spans.filter((span) => span.kind === SpanKind.SERVER);
+  expect(servers).toHaveLength(1);
+  return servers[0]!;
+}
+
+function parentOf(span: ReadableSpan): string | undefined {
+  return span.parentSpanContext?.spanId;
+}
+
+/** Every span of one trace, once `count` of them have ended. */
+async function traceOf(tracing: TestTracing, traceId: string, count: number) {
+  const spans = await tracing.waitFor(
+    (all) => all.filter((span) => span.spanContext().traceId === traceId).length >= count,
+  );
+  return spans.filter((span) => span.spanContext().traceId === traceId);
+}
+
+function expectNoCredential(spans: readonly ReadableSpan[], credentials: readonly string[]): void {
+  const texts = spanTexts(spans).join('\n');
+  for (const credential of credentials) expect(texts).not.toContain(credential);
+  expect(texts).not.toMatch(/bearer/i);
+}
+
+function randomTraceId(): string {
+  return [...crypto.getRandomValues(new Uint8Array(16))]
+    .map((byte) => byte.toString(16).padStart(2, '0'))
+    .join('');
+}
+
+describe('tracing through the gateway (protect() and the proxy)', () => {
+  let tracing: TestTracing;
+  let gateway: TestGateway;
+
+  beforeAll(async () => {
+    tracing = installTestTracing();
+    gateway = await startTestGateway();
+  });
+
+  afterAll(async () => {
+    await gateway.close();
+    await tracing.uninstall();
+  });
+
+  it('joins the caller trace, names the span by its route and passes the upstream call context on', async () => {
+    const key = gateway.fixtures.keys.level1;
+    // The caller says "not sampled": the local sampler (always on) records it all the same.
+    const result = await gateway.send({
+      path: '/api/v1/transactions/tx_42/?limit=5',
+      headers: {
+        ...bearer(key.secretKey),
+        traceparent: traceparent(CALLER_TRACE, CALLER_SPAN, false),
+        tracestate: 'vendor=caller',
+      },
+    });
+    expect(result.status).toBe(200);
+    const spans = await traceOf(tracing, CALLER_TRACE, 4);
+    const server = serverSpan(spans);
+    expect(server.name).toBe('GET /api/v1/transactions/:id/');
+    expect(parentOf(server)).toBe(CALLER_SPAN);
+    expect(server.parentSpanContext?.isRemote).toBe(true);
+    expect(server.attributes).toMatchObject({
+      'http.request.method': 'GET',
+      'http.route': '/api/v1/transactions/:id/',
+      'url.path': '/api/v1/transactions/tx_42/',
+      'http.response.status_code': 200,
+      'client.address': '127.0.0.1',
+      'server.address': '127.0.0.1',
+      'server.port': gateway.port,
+      'tollgate.outcome': 'allowed',
+      'tollgate.account.id': key.accountId,
+      'tollgate.key.id': key.id,
+      'tollgate.credential': 'secret',
+      'tollgate.policy': '/api/v1/transactions/:id/',
+    });
+    expect(JSON.stringify(server.attributes)).not.toContain('limit=5');
+
+    const lookup = byName(spans, 'tollgate.key_lookup');
+    const admission = byName(spans, 'tollgate.admission');
+    expect(parentOf(lookup)).toBe(server.spanContext().spanId);
+    expect(lookup.attributes['tollgate.key.id']).toBe(key.id);
+    expect(parentOf(admission)).toBe(server.spanContext().spanId);
+    expect(admission.attributes).toMatchObject({
+      'tollgate.limit.scopes': ['authenticated'],
+      'tollgate.rate_limits': 'memory',
+    });
+
+    const client = spans.find((span) => span.kind === SpanKind.CLIENT);
+    expect(client?.name).toBe('GET /api/v1/transactions/:id/');
+    expect(parentOf(client!)).toBe(server.spanContext().spanId);
+    expect(client!.attributes).toMatchObject({
+      'http.request.method': 'GET',
+      'http.response.status_code': 200,
+      'server.address': '127.0.0.1',
+      'url.path': '/api/v1/transactions/tx_42/',
+    });
+
+    // The upstream's parent is the upstream call, in the caller's trace; the caller's tracestate
+    // stays with its trace.
+    const upstreamRequest = gateway.upstream.requests.at(-1);
+    const sent = parseTraceparent(upstreamRequest?.headers.traceparent);
+    expect(sent).toEqual({
+      traceId: CALLER_TRACE,
+      spanId: client!.spanContext().spanId,
+      sampled: true,
+    });
+    expect(upstreamRequest?.headers.tracestate).toBe('vendor=caller');
+
+    // The access log line names the trace.
+    const line = gateway.logs
+      .entries()
+      .find(
+        (entry) => entry.event === 'http.request' && entry.path === '/api/v1/transactions/tx_42/',
+      );
+    expect(line).toMatchObject({
+      trace_id: CALLER_TRACE,
+      span_id: server.spanContext().spanId,
+    });
+    expectNoCredential(spans, allSecrets(gateway.fixtures));
+  });
+
+  it('records a refusal with its code, and makes no upstream call', async () => {
+    const traceId = randomTraceId();
+    const result = await gateway.send({
+      path: '/api/v1/wallets/',
+      headers: {
+        authorization: 'Bearer sk_test_not_a_key_0123456789abcdef',
+        traceparent: traceparent(traceId, CALLER_SPAN, true),
+      },
+    });
+    expect(result.status).toBe(401);
+    const spans = await traceOf(tracing, traceId, 2);
+    const server = serverSpan(spans);
+    expect(server.name).toBe('GET /api/v1/wallets/');
+    expect(server.attributes).toMatchObject({
+      'http.response.status_code': 401,
+      'tollgate.outcome': 'refused',
+      'tollgate.error.code': 'invalid_api_key',
+    });
+    expect(server.attributes['error.type']).toBeUndefined();
+    expect(byName(spans, 'tollgate.key_lookup').attributes['tollgate.error.code']).toBe(
+      'invalid_api_key',
+    );
+    expect(spans.some((span) => span.kind === SpanKind.CLIENT)).toBe(false);
+    expectNoCredential(spans, ['sk_test_not_a_key_0123456789abcdef']);
+  });
+
+  it('starts a trace of its own for a request without trace context, and ends the span of an aborted one', async () => {
+    tracing.exporter.reset();
+    gateway.upstream.respond = () => {
+      // Never answers: the client gives up first.
+    };
+    const request = http.request({
+      host: '127.0.0.1',
+      port: gateway.port,
+      path: '/api/v1/wallets/',
+      headers: bearer(gateway.fixtures.keys.level2.secretKey),
+    });
+    request.on('error', () => undefined);
+    const before = gateway.upstream.requests.length;
+    request.end();
+    // Wait for the upstream to receive it, then hang up.
+    const deadline = Date.now() + 2000;
+    while (gateway.upstream.requests.length === before && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    request.destroy();
+    const spans = await tracing.waitFor(
+      (all) =>
+        all.some((span) => span.kind === SpanKind.SERVER) &&
+        all.some((span) => span.kind === SpanKind.CLIENT),
+    );
+    const server = serverSpan(spans);
+    expect(server.name).toBe('GET /api/v1/wallets/');
+    expect(server.parentSpanContext).toBeUndefined();
+    expect(server.attributes['tollgate.client_aborted']).toBe(true);
+    const client = spans.find((span) => span.kind === SpanKind.CLIENT)!;
+    expect(client.attributes['error.type']).toBe('client_closed');
+    // Each span ended once: one of each in the exporter, however long we wait.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(tracing.spans().filter((span) => span.kind === SpanKind.SERVER)).toHaveLength(1);
+    gateway.upstream.reset();
+  });
+});
+
+describe('tracing through forward authentication', () => {
+  let tracing: TestTracing;
+  let gateway: TestGateway;
+
+  beforeAll(async () => {
+    tracing = installTestTracing();
+    gateway = await startTestGateway({ trustProxy: ['127.0.0.1'] });
+  });
+
+  afterAll(async () => {
+    await gateway.close();
+    await tracing.uninstall();
+  });
+
+  it('joins the proxy trace and answers the context of its span for the upstream', async () => {
+    const key = gateway.fixtures.keys.level2;
+    const answer = await askAs('nginx', gateway, {
+      method: 'POST',
+      target: '/api/v1/payouts/?amount=10',
+      clientIp: '198.51.100.7',
+      headers: {
+        ...bearer(key.secretKey),
+        traceparent: traceparent(CALLER_TRACE, CALLER_SPAN, true),
+      },
+    });
+    expect(answer.status).toBe(200);
+    const spans = await traceOf(tracing, CALLER_TRACE, 3);
+    const server = byName(spans, 'POST /api/v1/payouts/');
+    expect(parentOf(server)).toBe(CALLER_SPAN);
+    expect(server.attributes).toMatchObject({
+      'http.request.method': 'POST',
+      'http.route': '/api/v1/payouts/',
+      'url.path': '/api/v1/payouts/',
+      'http.response.status_code': 200,
+      'client.address': '198.51.100.7',
+      'tollgate.forward_auth.dialect': 'auth-request',
+      'tollgate.outcome': 'allowed',
+      'tollgate.key.id': key.id,
+    });
+    expect(parentOf(byName(spans, 'tollgate.key_lookup'))).toBe(server.spanContext().spanId);
+    expect(parseTraceparent(answer.headers.traceparent)).toEqual({
+      traceId: CALLER_TRACE,
+      spanId: server.spanContext().spanId,
+      sampled: true,
+    });
+    expectNoCredential(spans, allSecrets(gateway.fixtures));
+  });
+
+  it('hands no context back with a refusal, which the client would see', async () => {
+    const answer = await askAs('traefik', gateway, {
+      method: 'GET',
+      target: '/api/v1/wallets/',
+      clientIp: '198.51.100.7',
+      headers: { traceparent: traceparent(randomTraceId(), CALLER_SPAN, true) },
+    });
+    expect(answer.status).toBe(401);
+    expect(answer.headers.traceparent).toBeUndefined();
+  });
+
+  it('answers the context of its span to Envoy, which passes it upstream', async () => {
+    const traceId = randomTraceId();
+    const answer = await askAs('envoy', gateway, {
+      method: 'GET',
+      target: '/api/v1/wallets/',
+      clientIp: '198.51.100.7',
+      headers: {
+        ...bearer(gateway.fixtures.keys.level1.secretKey),
+        traceparent: traceparent(traceId, CALLER_SPAN, true),
+      },
+    });
+    expect(answer.status).toBe(200);
+    const spans = await traceOf(tracing, traceId, 3);
+    const server = byName(spans, 'GET /api/v1/wallets/');
+    expect(server.attributes['tollgate.forward_auth.dialect']).toBe('ext-authz');
+    expect(parseTraceparent(answer.headers.traceparent)?.spanId).toBe(server.spanContext().spanId);
+  });
+});
+
+describe('the sampling rule', () => {
+  it('keeps the caller trace but lets the local sampler decide: a sampled flag records nothing at ratio 0', async () => {
+    const tracing = installTestTracing({ sampler: 'parentbased_traceidratio', ratio: 0 });
+    const gateway = await startTestGateway();
+    try {
+      const result = await gateway.send({
+        path: '/api/v1/wallets/',
+        headers: {
+          ...bearer(gateway.fixtures.keys.level1.secretKey),
+          traceparent: traceparent(CALLER_TRACE, CALLER_SPAN, true),
+        },
+      });
+      expect(result.status).toBe(200);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(tracing.spans()).toHaveLength(0);
+      // The upstream stays in the caller's trace, told it is not sampled.
+      const sent = parseTraceparent(gateway.upstream.requests.at(-1)?.headers.traceparent);
+      expect(sent?.traceId).toBe(CALLER_TRACE);
+      expect(sent?.sampled).toBe(false);
+      const line = gateway.logs.entries().find((entry) => entry.event === 'http.request');
+      expect(line).toBeDefined();
+      expect(line).not.toHaveProperty('trace_id');
+    } finally {
+      await gateway.close();
+      await tracing.uninstall();
+    }
+  });
+
+  it('follows the caller sampled flag when remote sampling is trusted', async () => {
+    const tracing = installTestTracing({
+      sampler: 'parentbased_traceidratio',
+      ratio: 0,
+      trustRemoteSampling: true,
+    });
+    const gateway = await startTestGateway();
+    try {
+      await gateway.send({
+        path: '/api/v1/wallets/',
+        headers: {
+          ...bearer(gateway.fixtures.keys.level1.secretKey),
+          traceparent: traceparent(CALLER_TRACE, CALLER_SPAN, true),
+        },
+      });
+      const spans = await traceOf(tracing, CALLER_TRACE, 4);
+      expect(spans.map((span) => span.name)).toContain('GET /api/v1/wallets/');
+    } finally {
+      await gateway.close();
+      await tracing.uninstall();
+    }
+  });
+});
+
+describe('tracing an app that uses protect() on its own routes', () => {
+  const fixtures = createFixtures();
+
+  async function serve(app: express.Express): Promise<{ url: string; close: () => Promise<void> }> {
+    const server = app.listen(0, '127.0.0.1');
+    await new Promise<void>((resolve) => server.once('listening', resolve));
+    const { port } = server.address() as AddressInfo;
+    return {
+      url: `http://127.0.0.1:${port}`,
+      close: () =>
+        new Promise((resolve) => {
+          server.closeAllConnections();
+          server.close(() => {
+            resolve();
+          });
+        }),
+    };
+  }
+
+  function appWith(outer?: express.RequestHandler): express.Express {
+    const gate = tollgate({ keyStore: fixtures.ring, scopes: { orders: { limit: 1 } } });
+    const app = express();
+    if (outer !== undefined) app.use(outer);
+    app.use(gate.context());
+    const orders = express.Router();
+    orders.get('/:id', gate.protect({ accept: ['secret'], limit: 'orders' }), (_req, res) => {
+      res.json({ ok: true });
+    });
+    app.use('/orders', orders);
+    app.use(gate.errorHandler());
+    return app;
+  }
+
+  it('names the span by the Express route and records the limit that refused', async () => {
+    const tracing = installTestTracing();
+    const server = await serve(appWith());
+    try {
+      const headers = bearer(fixtures.keys.level1.secretKey);
+      expect((await fetch(`${server.url}/orders/o_1`, { headers })).status).toBe(200);
+      const traceId = randomTraceId();
+      const refused = await fetch(`${server.url}/orders/o_2`, {
+        headers: { ...headers, traceparent: traceparent(traceId, CALLER_SPAN, false) },
+      });
+      expect(refused.status).toBe(429);
+      const spans = await traceOf(tracing, traceId, 3);
+      const span = byName(spans, 'GET /orders/:id');
+      expect(span.attributes).toMatchObject({
+        'http.route': '/orders/:id',
+        'http.response.status_code': 429,
+        'tollgate.outcome': 'refused',
+        'tollgate.error.code': 'rate_limited',
+        'tollgate.limit.scope': 'orders',
+      });
+      expect(byName(spans, 'tollgate.admission').attributes['tollgate.limit.scope']).toBe('orders');
+      expectNoCredential(tracing.spans(), allSecrets(fixtures));
+    } finally {
+      await server.close();
+      await tracing.uninstall();
+    }
+  });
+
+  it('puts its findings on the server span an instrumentation made instead of making a second one', async () => {
+    const tracing = installTestTracing({ contextManager: true });
+    const tracer = trace.getTracer('test-instrumentation');
+    // What @opentelemetry/instrumentation-http does: a SERVER span, active while the app runs.
+    const instrumentation: express.RequestHandler = (_req, res, next) => {
+      const span = tracer.startSpan('GET', { kind: SpanKind.SERVER });
+      res.once('finish', () => {
+        span.end();
+      });
+      context.with(trace.setSpan(context.active(), span), next);
+    };
+    const server = await serve(appWith(instrumentation));
+    try {
+      const result = await fetch(`${server.url}/orders/o_3`, {
+        headers: bearer(fixtures.keys.level2.secretKey),
+      });
+      expect(result.status).toBe(200);
+      const spans = await tracing.waitFor((all) => all.length >= 3);
+      const servers = spans.filter((span) => span.kind === SpanKind.SERVER);
+      expect(servers).toHaveLength(1);
+      const [outer] = servers as [ReadableSpan];
+      expect(outer.instrumentationScope.name).toBe('test-instrumentation');
+      expect(outer.name).toBe('GET /orders/:id');
+      expect(outer.attributes).toMatchObject({
+        'http.route': '/orders/:id',
+        'tollgate.outcome': 'allowed',
+        'tollgate.key.id': fixtures.keys.level2.id,
+      });
+      expect(parentOf(byName(spans, 'tollgate.key_lookup'))).toBe(outer.spanContext().spanId);
+      expect(parentOf(byName(spans, 'tollgate.admission'))).toBe(outer.spanContext().spanId);
+    } finally {
+      await server.close();
+      await tracing.uninstall();
+    }
+  });
+
+  it('makes no span and sends no trace context while no tracer provider is registered', async () => {
+    let seen: unknown = 'unset';
+    const app = appWith((req, _res, next) => {
+      _res.once('finish', () => {
+        seen = req.tollgateSpan;
+      });
+      next();
+    });
+    const server = await serve(app);
+    try {
+      const result = await fetch(`${server.url}/orders/o_4`, {
+        headers: {
+          ...bearer(fixtures.keys.level3.secretKey),
+          traceparent: traceparent(CALLER_TRACE, CALLER_SPAN, true),
+        },
+      });
+      expect(result.status).toBe(200);
+      expect(result.headers.get('traceparent')).toBeNull();
+      expect(seen).toBeUndefined();
+    } finally {
+      await server.close();
+    }
+  });
+});
