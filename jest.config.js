@@ -38,6 +38,7 @@ const SERVER_SUITES = [
   'test/integration/secret-scanning-database.test.ts',
   // nginx and Caddy in front of the gateway; chromium on the dashboard.
   'test/proxies/real-proxies.test.ts',
+  'test/proxies/tracing-export.test.ts',
   'test/browser/dashboard.test.ts',
   // Several gateway processes, Redis Cluster and Sentinel, the packed kit in fresh apps.
   'test/multiprocess/',
