@@ -13,7 +13,6 @@ import {
   type Tracer,
   type TracerProvider,
 } from '@opentelemetry/api';
-import type { Decision } from './gate';
 
 /**
  * OpenTelemetry tracing of the doors, on `@opentelemetry/api` alone: without a registered tracer
@@ -45,9 +44,11 @@ export interface RequestSpan {
 
 /** What a door knows of a request when it starts its span. */
 export interface RequestStart {
+  /** The request's method, as received. */
   readonly method: string;
   /** The request target as received; only its path is recorded, never the query. */
   readonly target: string;
+  /** The request's headers, by lower-case name: the caller's `traceparent` is read from them. */
   readonly headers: Readonly<Record<string, string | string[] | undefined>>;
   /** `HTTP/1.1`'s `1.1`, when known. */
   readonly httpVersion?: string | undefined;
@@ -185,6 +186,7 @@ export function describeOriginalRequest(
 export interface RequestEnd {
   /** The status answered; `undefined` when no answer was started (the client hung up first). */
   readonly status: number | undefined;
+  /** The client address as the door decided it (`client.address`). */
   readonly clientAddress?: string | undefined;
   /** The client closed the connection before the whole answer was written. */
   readonly aborted: boolean;
@@ -211,8 +213,27 @@ export function endRequestSpan(requestSpan: RequestSpan, end: RequestEnd): void 
   span.end();
 }
 
+/** What the request's span records of a decision (the gate's `Decision`). */
+interface DecisionFacts {
+  readonly allowed: boolean;
+  readonly auth?:
+    | {
+        readonly accountId: string;
+        readonly keyId: string;
+        readonly credential: string;
+        readonly role: string;
+      }
+    | undefined;
+  readonly error?: { readonly code: string; readonly scope?: string | undefined };
+  readonly shadow?: readonly { readonly error: { readonly code: string } }[] | undefined;
+}
+
 /** The gate's decision, as `tollgate.*` attributes of the request's span. */
-export function recordDecision(requestSpan: RequestSpan, policy: string, decision: Decision): void {
+export function recordDecision(
+  requestSpan: RequestSpan,
+  policy: string,
+  decision: DecisionFacts,
+): void {
   const { span } = requestSpan;
   if (!span.isRecording()) return;
   span.setAttribute('tollgate.policy', policy);
@@ -224,18 +245,16 @@ export function recordDecision(requestSpan: RequestSpan, policy: string, decisio
     span.setAttribute('tollgate.credential', auth.credential);
     span.setAttribute('tollgate.role', auth.role);
   }
-  if (decision.allowed) {
-    if (decision.shadow !== undefined) {
-      span.setAttribute(
-        'tollgate.shadow.codes',
-        decision.shadow.map((finding) => finding.error.code),
-      );
-    }
-    return;
+  if (decision.shadow !== undefined) {
+    span.setAttribute(
+      'tollgate.shadow.codes',
+      decision.shadow.map((finding) => finding.error.code),
+    );
   }
-  span.setAttribute('tollgate.error.code', decision.error.code);
-  const scope = (decision.error as { scope?: unknown }).scope;
-  if (typeof scope === 'string') span.setAttribute('tollgate.limit.scope', scope);
+  const { error } = decision;
+  if (decision.allowed || error === undefined) return;
+  span.setAttribute('tollgate.error.code', error.code);
+  if (typeof error.scope === 'string') span.setAttribute('tollgate.limit.scope', error.scope);
 }
 
 /** An internal child span of the request's span. */

@@ -209,9 +209,7 @@ describeWithProxy('nginx')('the built gateway exporting its traces over OTLP/HTT
       const authServer = nginxSpans.find((span) => span.kind === SERVER);
       expect(authServer?.name).toBe('POST /api/v1/payouts/');
       expect(authServer?.parentSpanId).toBe(viaNginx.span);
-      expect(attribute(authServer!, 'tollgate.forward_auth.dialect')).toBe(
-        'auth-request',
-      );
+      expect(attribute(authServer!, 'tollgate.forward_auth.dialect')).toBe('auth-request');
       expect(attribute(authServer!, 'tollgate.outcome')).toBe('allowed');
       expect(nginxUpstream?.spanId).toBe(authServer?.spanId);
       expect(nginxSpans.find((span) => span.name === 'tollgate.key_lookup')?.parentSpanId).toBe(

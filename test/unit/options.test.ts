@@ -377,6 +377,10 @@ const WITHOUT_OPTIONS: ReadonlySet<string> = new Set([
   'clientErrorHandler',
   'errorBody',
   'series',
+  'startRequestSpan',
+  'nameRequestSpan',
+  'endRequestSpan',
+  'traceContextHeaders',
 ]);
 
 /** What the table covers, by export name (a method counts as its factory). */
