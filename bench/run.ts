@@ -102,7 +102,8 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * each under its own wrk: on a shared machine the other load then falls on both alike (Redis
  * commands are not counted in these rounds). BENCH_BASELINE_NODE_FLAGS gives the baseline's
  * gateways Node flags of their own (else BENCH_NODE_FLAGS): with BENCH_BASELINE_DIST=dist, the
- * same build with and without a flag.
+ * same build with and without a flag. BENCH_GATEWAY_ENV (`NAME=value,…`) gives this build's
+ * gateways more environment, e.g. `OTEL_EXPORTER_OTLP_ENDPOINT=…`: the same build traced and not.
  */
 
 const WALLETS_PATH = '/api/v1/wallets/';
@@ -158,11 +159,31 @@ interface Build {
   readonly dist: string;
   /** Node flags of this build's gateways (BENCH_NODE_FLAGS, or BENCH_BASELINE_NODE_FLAGS). */
   readonly nodeFlags: readonly string[];
+  /** More environment of this build's gateways (BENCH_GATEWAY_ENV for this build only). */
+  readonly env: Readonly<Record<string, string>>;
+}
+
+/**
+ * `NAME=value,NAME=value`: variables given to this build's gateways only, e.g. an OTLP endpoint,
+ * so that with BENCH_BASELINE_DIST=dist the ratios are the cost of what they turn on.
+ */
+function gatewayEnvFrom(raw: string | undefined): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const pair of (raw ?? '').split(',')) {
+    if (pair.trim() === '') continue;
+    const equals = pair.indexOf('=');
+    if (equals < 1) throw new Error(`BENCH_GATEWAY_ENV: ${JSON.stringify(pair)} is not NAME=value`);
+    env[pair.slice(0, equals).trim()] = pair.slice(equals + 1).trim();
+  }
+  return env;
 }
 
 /** How a build's gateways were started, for the report. */
 function flagsNote(build: Build): string {
-  return build.nodeFlags.length > 0 ? `, gateways with \`${build.nodeFlags.join(' ')}\`` : '';
+  const flags =
+    build.nodeFlags.length > 0 ? `, gateways with \`${build.nodeFlags.join(' ')}\`` : '';
+  const names = Object.keys(build.env);
+  return names.length > 0 ? `${flags}, gateways' environment adds ${names.join(', ')}` : flags;
 }
 
 /** Node flags from a space-separated setting. */
@@ -190,7 +211,7 @@ function baselineBuild(): Build | undefined {
   if (dist === DIST && ownFlags === undefined) {
     log('BENCH_BASELINE_DIST is this build: the ratios compare it with itself');
   }
-  return { label: 'baseline', dist, nodeFlags };
+  return { label: 'baseline', dist, nodeFlags, env: {} };
 }
 
 interface BenchAccount {
@@ -936,6 +957,7 @@ async function main(): Promise<void> {
     label: 'this',
     dist: DIST,
     nodeFlags: flagsFrom(process.env.BENCH_NODE_FLAGS),
+    env: gatewayEnvFrom(process.env.BENCH_GATEWAY_ENV),
   };
   const loadBefore = os.loadavg();
   if ((loadBefore[0] ?? 0) > 3) {
@@ -1027,7 +1049,7 @@ async function main(): Promise<void> {
       const gateway = bench.node(
         name,
         'gateway/server.js',
-        { ...gatewayEnv, ...env, PORT: String(port) },
+        { ...gatewayEnv, ...build.env, ...env, PORT: String(port) },
         build.dist,
         { probe, nodeFlags: build.nodeFlags },
       );

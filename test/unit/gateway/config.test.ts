@@ -262,5 +262,60 @@ describe('loadConfig: the secret-scanning endpoint', () => {
       action: 'roll',
       graceSeconds: 60,
     });
+describe('loadConfig: tracing from the standard OTEL_* variables', () => {
+  const ENDPOINT = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' };
+
+  it('is off without an OTLP endpoint, and when the SDK or the exporter is turned off', () => {
+    expect(loadConfig({}).tracing).toBeUndefined();
+    expect(loadConfig({ OTEL_SERVICE_NAME: 'gateway' }).tracing).toBeUndefined();
+    expect(loadConfig({ ...ENDPOINT, OTEL_SDK_DISABLED: 'true' }).tracing).toBeUndefined();
+    expect(loadConfig({ ...ENDPOINT, OTEL_TRACES_EXPORTER: 'none' }).tracing).toBeUndefined();
+  });
+
+  it('is on with either endpoint, with the defaults of the specification, remote sampling not trusted', () => {
+    const expected = {
+      protocol: 'http/protobuf',
+      sampler: 'parentbased_always_on',
+      ratio: 1,
+      trustRemoteSampling: false,
+    };
+    expect(loadConfig(ENDPOINT).tracing).toEqual(expected);
+    expect(
+      loadConfig({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://collector:4318/v1/traces' })
+        .tracing,
+    ).toEqual(expected);
+  });
+
+  it('reads the protocol, the sampler, its ratio and the trust of remote sampling', () => {
+    expect(
+      loadConfig({
+        ...ENDPOINT,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json',
+        OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+        OTEL_TRACES_SAMPLER_ARG: '0.25',
+        TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING: 'true',
+      }).tracing,
+    ).toEqual({
+      protocol: 'http/json',
+      sampler: 'parentbased_traceidratio',
+      ratio: 0.25,
+      trustRemoteSampling: true,
+    });
+  });
+
+  it.each([
+    [{ TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING: 'yes' }, 'TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING'],
+    [{ ...ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }, 'OTEL_EXPORTER_OTLP_PROTOCOL'],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' }, 'OTEL_EXPORTER_OTLP_ENDPOINT'],
+    [{ ...ENDPOINT, OTEL_TRACES_SAMPLER: 'jaeger_remote' }, 'OTEL_TRACES_SAMPLER'],
+    [
+      { ...ENDPOINT, OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '1.5' },
+      'OTEL_TRACES_SAMPLER_ARG',
+    ],
+    [{ ...ENDPOINT, OTEL_TRACES_EXPORTER: 'zipkin' }, 'OTEL_TRACES_EXPORTER'],
+    [{ ...ENDPOINT, OTEL_SDK_DISABLED: '1' }, 'OTEL_SDK_DISABLED'],
+  ] as [Record<string, string>, string][])('refuses %p, naming %s', (env, variable) => {
+    expect(configError(env).message.startsWith(`${variable} `)).toBe(true);
   });
 });
