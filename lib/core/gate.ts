@@ -562,12 +562,14 @@ export function buildGate<S extends Scopes>(
       // Step 5: every limit the request meets, all or nothing, in one store call. Shadow scopes
       // are counted as if enforced, so the counts are right the day they are; nothing is sent.
       const uses = auth.credential === 'publishable' ? compiled.publishableLimits : compiled.limits;
-      const admit = (): Promise<RateLimitedError | undefined> =>
-        admitAll(store, uses, auth, facts.clientIp, headers, findings);
+      const admitted = auth;
+      // Traced, the store call runs in a span of its own; untraced, nothing more is made.
       const refusal =
         facts.tollgateSpan === undefined
-          ? await admit()
-          : await traceAdmission(facts.tollgateSpan, uses, rateLimitState(), admit);
+          ? await admitAll(store, uses, admitted, facts.clientIp, headers, findings)
+          : await traceAdmission(facts.tollgateSpan, uses, rateLimitState(), () =>
+              admitAll(store, uses, admitted, facts.clientIp, headers, findings),
+            );
       if (refusal !== undefined) throw refusal;
       return findings.length === 0
         ? { allowed: true, auth, headers }
