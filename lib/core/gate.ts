@@ -628,11 +628,15 @@ async function traceAdmission(
   state: RateLimitState,
   admit: () => Promise<RateLimitedError | undefined>,
 ): Promise<RateLimitedError | undefined> {
-  const span = startChildSpan(requestSpan, 'tollgate.admission', {
-    'tollgate.limit.scopes': uses.map((use) => use.scope.name),
-    'tollgate.rate_limits': state,
-  });
+  const span = startChildSpan(requestSpan, 'tollgate.admission');
   if (span === undefined) return admit();
+  if (span.isRecording()) {
+    span.setAttribute(
+      'tollgate.limit.scopes',
+      uses.map((use) => use.scope.name),
+    );
+    span.setAttribute('tollgate.rate_limits', state);
+  }
   try {
     const refusal = await contexts.with(trace.setSpan(requestSpan.context, span), admit);
     if (refusal !== undefined) {

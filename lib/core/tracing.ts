@@ -112,6 +112,29 @@ export function startRequestSpan(
   if (tracer === undefined) return undefined;
   const active = contexts.active();
   const existing = trace.getSpan(active);
+  if (existing !== undefined) {
+    // An instrumentation of the server made the request's span: the kit's findings go on it.
+    if (existing.isRecording()) existing.setAttributes(requestAttributes(request, loggablePath));
+    return { span: existing, context: active, owned: false, ended: false };
+  }
+  // The caller's context (W3C `traceparent`) is the parent; whether to record is the sampler's,
+  // told the method only: the rest is worked out for a span that records.
+  const parent = propagation.extract(ROOT_CONTEXT, request.headers, HEADER_GETTER);
+  const name = KNOWN_METHODS.has(request.method) ? request.method : 'HTTP';
+  const span = tracer.startSpan(
+    name,
+    { kind: SpanKind.SERVER, attributes: methodAttributes(request.method) },
+    parent,
+  );
+  if (span.isRecording()) span.setAttributes(requestAttributes(request, loggablePath));
+  return { span, context: trace.setSpan(parent, span), owned: true, ended: false };
+}
+
+/** What the request's span records of the request itself, besides its method. */
+function requestAttributes(
+  request: RequestStart,
+  loggablePath: (path: string) => string,
+): Attributes {
   const attributes = methodAttributes(request.method);
   const query = request.target.indexOf('?');
   attributes['url.path'] = loggablePath(
@@ -120,17 +143,7 @@ export function startRequestSpan(
   if (request.httpVersion !== undefined) {
     attributes['network.protocol.version'] = request.httpVersion;
   }
-  Object.assign(attributes, serverAttributes(request.headers.host));
-  if (existing !== undefined) {
-    // An instrumentation of the server made the request's span: the kit's findings go on it.
-    existing.setAttributes(attributes);
-    return { span: existing, context: active, owned: false, ended: false };
-  }
-  // The caller's context (W3C `traceparent`) is the parent; whether to record is the sampler's.
-  const parent = propagation.extract(ROOT_CONTEXT, request.headers, HEADER_GETTER);
-  const name = KNOWN_METHODS.has(request.method) ? request.method : 'HTTP';
-  const span = tracer.startSpan(name, { kind: SpanKind.SERVER, attributes }, parent);
-  return { span, context: trace.setSpan(parent, span), owned: true, ended: false };
+  return Object.assign(attributes, serverAttributes(request.headers.host));
 }
 
 /** `http.request.method`, and the method as sent when it is not one the conventions name. */
@@ -160,6 +173,7 @@ export function nameRequestSpan(
   method: string,
   routeTemplate: string,
 ): void {
+  if (!requestSpan.span.isRecording()) return;
   requestSpan.span.updateName(`${KNOWN_METHODS.has(method) ? method : 'HTTP'} ${routeTemplate}`);
   requestSpan.span.setAttribute('http.route', routeTemplate);
 }
@@ -176,6 +190,7 @@ export function describeOriginalRequest(
   loggablePath: (path: string) => string,
 ): void {
   const { span } = requestSpan;
+  if (!span.isRecording()) return;
   span.setAttributes(methodAttributes(original.method));
   span.setAttribute('url.path', loggablePath(original.path));
   span.setAttribute('tollgate.forward_auth.dialect', dialect);
@@ -322,15 +337,24 @@ export function startUpstreamSpan(
 ): Span | undefined {
   const tracer = kitTracer();
   if (tracer === undefined) return undefined;
-  const attributes = methodAttributes(call.method);
-  attributes['server.address'] = call.url.hostname;
-  attributes['server.port'] = Number(call.url.port || (call.url.protocol === 'https:' ? 443 : 80));
-  attributes['url.scheme'] = call.url.protocol.slice(0, -1);
-  attributes['url.path'] = call.path;
-  if (call.routeTemplate !== undefined) attributes['url.template'] = call.routeTemplate;
-  const name =
-    call.routeTemplate === undefined ? call.method : `${call.method} ${call.routeTemplate}`;
-  return tracer.startSpan(name, { kind: SpanKind.CLIENT, attributes }, requestSpan.context);
+  const span = tracer.startSpan(
+    call.method,
+    { kind: SpanKind.CLIENT, attributes: methodAttributes(call.method) },
+    requestSpan.context,
+  );
+  if (!span.isRecording()) return span;
+  const { url } = call;
+  if (call.routeTemplate !== undefined) {
+    span.updateName(`${call.method} ${call.routeTemplate}`);
+    span.setAttribute('url.template', call.routeTemplate);
+  }
+  span.setAttributes({
+    'server.address': url.hostname,
+    'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+    'url.scheme': url.protocol.slice(0, -1),
+    'url.path': call.path,
+  });
+  return span;
 }
 
 /**
