@@ -4,7 +4,10 @@ import { context, SpanKind, trace } from '@opentelemetry/api';
 import type { ReadableSpan } from '@opentelemetry/sdk-trace';
 import express from 'express';
 import { tollgate } from '../../lib';
+import { startAdminGateway } from '../helpers/admin-gateway';
 import { allSecrets, createFixtures } from '../helpers/fixtures';
+import { captureLogs } from '../helpers/logs';
+import { httpRequest } from '../helpers/process';
 import { askAs } from '../helpers/forward-auth';
 import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
 import {
@@ -466,6 +469,41 @@ describe('tracing an app that uses protect() on its own routes', () => {
       expect(seen).toBeUndefined();
     } finally {
       await server.close();
+    }
+  });
+});
+
+describe('tracing the admin listener', () => {
+  it('names an admin request by its route and puts its trace in the audit line', async () => {
+    const tracing = installTestTracing();
+    const logs = captureLogs();
+    const adminToken = 'admin-token-for-tracing-0123456789';
+    const admin = await startAdminGateway(createFixtures().document, adminToken, logs.logger);
+    try {
+      const traceId = randomTraceId();
+      const result = await httpRequest({
+        port: admin.adminPort,
+        path: '/admin/v1/accounts/acct_open/usage',
+        headers: {
+          authorization: `Bearer ${adminToken}`,
+          traceparent: traceparent(traceId, CALLER_SPAN, true),
+        },
+      });
+      expect(result.status).toBe(200);
+      const spans = await traceOf(tracing, traceId, 1);
+      const server = serverSpan(spans);
+      expect(server.name).toBe('GET /admin/v1/accounts/:id/usage');
+      expect(server.attributes).toMatchObject({
+        'http.route': '/admin/v1/accounts/:id/usage',
+        'tollgate.admin.action': 'accounts.usage',
+        'http.response.status_code': 200,
+      });
+      const audit = logs.entries().find((entry) => entry.event === 'admin.audit');
+      expect(audit).toMatchObject({ trace_id: traceId, span_id: server.spanContext().spanId });
+      expectNoCredential(spans, [adminToken]);
+    } finally {
+      await admin.stop();
+      await tracing.uninstall();
     }
   });
 });
