@@ -262,6 +262,9 @@ describe('loadConfig: the secret-scanning endpoint', () => {
       action: 'roll',
       graceSeconds: 60,
     });
+  });
+});
+
 describe('loadConfig: tracing from the standard OTEL_* variables', () => {
   const ENDPOINT = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' };
 
