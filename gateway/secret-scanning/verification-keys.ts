@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
  * public key), from a URL, a local file, or both.
  *
  * The keys are read on the first report and kept. A report signed with an identifier not among
- * them reads the document again, at most once per `refreshIntervalMs` after that first read,
+ * them, shaped as the programme's are (64 hex digits), reads the document again, at most once per `refreshIntervalMs` after that first read,
  * whoever asks and however often: an attacker sending made-up identifiers cannot make the gateway hammer the programme's
  * server. Reports arriving while a read is under way wait for that one read.
  */
@@ -30,10 +30,15 @@ const DEFAULT_REFRESH_INTERVAL_MS = 60_000;
 /** What the gateway logs of each read of the keys (never a key). */
 export type KeysRead =
   | { readonly outcome: 'done'; readonly keys: number }
-  | { readonly outcome: 'failed'; readonly reason: string };
+  | { readonly outcome: 'failed'; readonly reason: string }
+  /** An entry that is not an ECDSA P-256 key: not one the programme signs with today, left out. */
+  | { readonly outcome: 'skipped'; readonly identifier: string };
 
 /** A signature's check: only `verified` lets a report be read. */
 export type SignatureCheck = 'verified' | 'unknown_key' | 'bad_signature';
+
+/** The programme's key identifiers: the hex SHA-256 of the key. Others never cause a read. */
+const IDENTIFIER_SHAPE = /^[0-9a-f]{64}$/i;
 
 export class VerificationKeys {
   private keys = new Map<string, KeyObject>();
@@ -41,6 +46,8 @@ export class VerificationKeys {
   private readOnce = false;
   private lastRefreshAt = Number.NEGATIVE_INFINITY;
   private readonly refreshIntervalMs: number;
+  /** Entries skipped as not ECDSA P-256, logged once each. */
+  private readonly skipped = new Set<string>();
 
   constructor(
     private readonly sources: VerificationKeySources,
@@ -54,12 +61,12 @@ export class VerificationKeys {
 
   /**
    * Whether `signature` (base64 DER ECDSA) over `body` verifies with the key named `identifier`.
-   * An unknown identifier reads the sources again first, unless they were read less than
-   * `refreshIntervalMs` ago.
+   * The first check reads the sources; after that, an unknown identifier shaped as the
+   * programme's reads them again first, unless they were read less than `refreshIntervalMs` ago.
    */
   async check(identifier: string, signature: string, body: Buffer): Promise<SignatureCheck> {
     let key = this.keys.get(identifier);
-    if (key === undefined) {
+    if (key === undefined && (!this.readOnce || IDENTIFIER_SHAPE.test(identifier))) {
       await this.refresh();
       key = this.keys.get(identifier);
     }
@@ -92,27 +99,37 @@ export class VerificationKeys {
     return this.reading;
   }
 
-  /** Every key of every source that answers; a failed source keeps the keys already known. */
+  /**
+   * The keys of the sources, in place of those known: a key the programme withdrew is no longer
+   * trusted. When a source fails, the keys already known are kept along with what was read.
+   */
   private async read(): Promise<void> {
     const documents = await Promise.allSettled([
       ...(this.sources.url === undefined ? [] : [this.fetchDocument(this.sources.url)]),
       ...(this.sources.file === undefined ? [] : [readFile(this.sources.file, 'utf8')]),
     ]);
-    const keys = new Map(this.keys);
+    const read = new Map<string, KeyObject>();
+    let failed = false;
     for (const document of documents) {
-      if (document.status === 'rejected') {
-        this.onRead({ outcome: 'failed', reason: reasonOf(document.reason) });
-        continue;
-      }
       try {
-        for (const [identifier, key] of parseKeysDocument(document.value))
-          keys.set(identifier, key);
+        if (document.status === 'rejected') throw document.reason;
+        const parsed = parseKeysDocument(document.value);
+        for (const identifier of parsed.skipped) this.skip(identifier);
+        for (const [identifier, key] of parsed.keys) read.set(identifier, key);
       } catch (error) {
+        failed = true;
         this.onRead({ outcome: 'failed', reason: reasonOf(error) });
       }
     }
+    const keys = failed ? new Map([...this.keys, ...read]) : read;
     this.keys = keys;
     this.onRead({ outcome: 'done', keys: keys.size });
+  }
+
+  private skip(identifier: string): void {
+    if (this.skipped.has(identifier)) return;
+    this.skipped.add(identifier);
+    this.onRead({ outcome: 'skipped', identifier });
   }
 
   private async fetchDocument(url: string): Promise<string> {
@@ -130,25 +147,49 @@ export class VerificationKeys {
   }
 }
 
-/** The document's keys by identifier; throws when it is not a public-keys document. */
-export function parseKeysDocument(text: string): Map<string, KeyObject> {
+/** A public-keys document's ECDSA P-256 keys, and the identifiers of its entries of other types. */
+export interface KeysDocument {
+  readonly keys: Map<string, KeyObject>;
+  readonly skipped: readonly string[];
+}
+
+/**
+ * The document's keys by identifier; throws when it is not a public-keys document. An entry of
+ * another key type is skipped, not fatal: a key type the programme adds later must not stop the
+ * gateway from learning its new P-256 keys.
+ */
+export function parseKeysDocument(text: string): KeysDocument {
   const document = JSON.parse(text) as unknown;
   const entries = (document as { public_keys?: unknown } | null)?.public_keys;
   if (!Array.isArray(entries)) throw new Error('the keys document has no public_keys list');
   const keys = new Map<string, KeyObject>();
+  const skipped: string[] = [];
   for (const entry of entries as unknown[]) {
     const { key_identifier: identifier, key: pem } = (entry ?? {}) as Record<string, unknown>;
     if (typeof identifier !== 'string' || typeof pem !== 'string') {
       throw new Error('a public_keys entry lacks key_identifier or key');
     }
-    const key = createPublicKey(pem);
-    // The programme signs with ECDSA P-256: any other key is not one of its keys.
-    if (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== 'prime256v1') {
-      throw new Error(`key ${JSON.stringify(identifier)} is not an ECDSA P-256 key`);
+    const key = p256KeyOf(pem);
+    if (key === undefined) {
+      skipped.push(identifier);
+      continue;
     }
     keys.set(identifier, key);
   }
-  return keys;
+  return { keys, skipped };
+}
+
+/** The programme signs with ECDSA P-256: any other key, or a PEM not read, is not one of its keys. */
+function p256KeyOf(pem: string): KeyObject | undefined {
+  let key: KeyObject;
+  try {
+    key = createPublicKey(pem);
+  } catch {
+    return undefined;
+  }
+  return key.asymmetricKeyType === 'ec' && key.asymmetricKeyDetails?.namedCurve === 'prime256v1'
+    ? key
+    : undefined;
 }
 
 function reasonOf(error: unknown): string {

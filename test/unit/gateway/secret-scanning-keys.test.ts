@@ -1,4 +1,4 @@
-import { generateKeyPairSync, type KeyObject, sign } from 'node:crypto';
+import { createHash, generateKeyPairSync, type KeyObject, sign } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -21,8 +21,10 @@ interface Signer {
   readonly pem: string;
 }
 
-function signer(id: string): Signer {
+/** A signer identified as the programme's keys are: 64 hex digits (here, of its name). */
+function signer(name: string): Signer {
   const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
+  const id = createHash('sha256').update(name).digest('hex');
   return { id, privateKey, pem: publicKey.export({ type: 'spki', format: 'pem' }).toString() };
 }
 
@@ -34,6 +36,10 @@ function documentOf(signers: readonly Signer[]): string {
 
 function signatureOf(by: Signer, body: Buffer): string {
   return sign('sha256', body, { key: by.privateKey, dsaEncoding: 'der' }).toString('base64');
+}
+
+function pemOf(key: KeyObject): string {
+  return key.export({ type: 'spki', format: 'pem' }).toString();
 }
 
 const BODY = Buffer.from('[{"token":"sk_live_x","type":"t","url":"u","source":"content"}]');
@@ -55,13 +61,13 @@ describe('the verification keys of secret scanning', () => {
 
   it('verifies a signature over the raw body, and nothing else', async () => {
     const keys = new VerificationKeys({ file });
-    expect(await keys.check('current', signatureOf(current, BODY), BODY)).toBe('verified');
+    expect(await keys.check(current.id, signatureOf(current, BODY), BODY)).toBe('verified');
     const other = Buffer.from(`${BODY.toString()} `);
-    expect(await keys.check('current', signatureOf(current, BODY), other)).toBe('bad_signature');
-    expect(await keys.check('current', signatureOf(next, BODY), BODY)).toBe('bad_signature');
-    expect(await keys.check('current', 'bm90IERFUg==', BODY)).toBe('bad_signature');
-    expect(await keys.check('current', '', BODY)).toBe('bad_signature');
-    expect(await keys.check('next', signatureOf(next, BODY), BODY)).toBe('unknown_key');
+    expect(await keys.check(current.id, signatureOf(current, BODY), other)).toBe('bad_signature');
+    expect(await keys.check(current.id, signatureOf(next, BODY), BODY)).toBe('bad_signature');
+    expect(await keys.check(current.id, 'bm90IERFUg==', BODY)).toBe('bad_signature');
+    expect(await keys.check(current.id, '', BODY)).toBe('bad_signature');
+    expect(await keys.check(next.id, signatureOf(next, BODY), BODY)).toBe('unknown_key');
   });
 
   it('reads again for an unknown identifier at most once per interval', async () => {
@@ -69,14 +75,14 @@ describe('the verification keys of secret scanning', () => {
     const keys = new VerificationKeys({ file, refreshIntervalMs: 60_000 }, (read) =>
       reads.push(read),
     );
-    expect(await keys.check('current', signatureOf(current, BODY), BODY)).toBe('verified');
+    expect(await keys.check(current.id, signatureOf(current, BODY), BODY)).toBe('verified');
     writeFileSync(file, documentOf([current, next]));
     // The first unknown identifier after the first read reads the file again and finds it.
-    expect(await keys.check('next', signatureOf(next, BODY), BODY)).toBe('verified');
+    expect(await keys.check(next.id, signatureOf(next, BODY), BODY)).toBe('verified');
     const third = signer('third');
     writeFileSync(file, documentOf([current, next, third]));
     // Within the interval, another unknown identifier reads nothing.
-    expect(await keys.check('third', signatureOf(third, BODY), BODY)).toBe('unknown_key');
+    expect(await keys.check(third.id, signatureOf(third, BODY), BODY)).toBe('unknown_key');
     expect(reads).toEqual([
       { outcome: 'done', keys: 1 },
       { outcome: 'done', keys: 2 },
@@ -104,31 +110,82 @@ describe('the verification keys of secret scanning', () => {
         if (read.outcome === 'failed') failures.push(read);
       });
       const checks = await Promise.all(
-        Array.from({ length: 10 }, () => keys.check('current', signatureOf(current, BODY), BODY)),
+        Array.from({ length: 10 }, () => keys.check(current.id, signatureOf(current, BODY), BODY)),
       );
       expect(checks).toEqual(Array.from({ length: 10 }, () => 'verified'));
       expect(reads).toBe(1);
       failing = true;
-      expect(await keys.check('unknown', signatureOf(next, BODY), BODY)).toBe('unknown_key');
+      expect(await keys.check(signer('unknown').id, signatureOf(next, BODY), BODY)).toBe(
+        'unknown_key',
+      );
       expect(reads).toBe(2);
       expect(failures).toEqual([{ outcome: 'failed', reason: 'the keys URL answered 503' }]);
-      expect(await keys.check('current', signatureOf(current, BODY), BODY)).toBe('verified');
+      expect(await keys.check(current.id, signatureOf(current, BODY), BODY)).toBe('verified');
     } finally {
       await new Promise((resolve) => server.close(resolve));
     }
   });
 
-  it('refuses a document that is not a list of ECDSA P-256 keys', () => {
+  it('refuses a document that is not a public-keys list, and skips keys that are not ECDSA P-256', () => {
     const { publicKey: rsa } = generateKeyPairSync('rsa', { modulusLength: 2048 });
     const { publicKey: p384 } = generateKeyPairSync('ec', { namedCurve: 'secp384r1' });
-    const pemOf = (key: KeyObject): string =>
-      key.export({ type: 'spki', format: 'pem' }).toString();
     expect(() => parseKeysDocument('{}')).toThrow('no public_keys list');
     expect(() => parseKeysDocument('{"public_keys":[{"key":"x"}]}')).toThrow('lacks');
-    for (const key of [rsa, p384]) {
-      const text = JSON.stringify({ public_keys: [{ key_identifier: 'k', key: pemOf(key) }] });
-      expect(() => parseKeysDocument(text)).toThrow('is not an ECDSA P-256 key');
+    const text = JSON.stringify({
+      public_keys: [
+        { key_identifier: 'rsa', key: pemOf(rsa) },
+        { key_identifier: 'p384', key: pemOf(p384) },
+        { key_identifier: 'unreadable', key: 'not a PEM' },
+        ...(JSON.parse(documentOf([current, next])) as { public_keys: unknown[] }).public_keys,
+      ],
+    });
+    const document = parseKeysDocument(text);
+    expect([...document.keys.keys()]).toEqual([current.id, next.id]);
+    expect(document.skipped).toEqual(['rsa', 'p384', 'unreadable']);
+  });
+
+  it('learns new P-256 keys beside a key of another type, logging that one once', async () => {
+    const { publicKey: rsa } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+    const rsaId = createHash('sha256').update('rsa').digest('hex');
+    const withRsa = (signers: readonly Signer[]): string =>
+      JSON.stringify({
+        public_keys: [
+          { key_identifier: rsaId, key: pemOf(rsa), is_current: false },
+          ...(JSON.parse(documentOf(signers)) as { public_keys: unknown[] }).public_keys,
+        ],
+      });
+    writeFileSync(file, withRsa([current]));
+    const reads: KeysRead[] = [];
+    const keys = new VerificationKeys({ file, refreshIntervalMs: 0 }, (read) => reads.push(read));
+    expect(await keys.check(current.id, signatureOf(current, BODY), BODY)).toBe('verified');
+    writeFileSync(file, withRsa([current, next]));
+    expect(await keys.check(next.id, signatureOf(next, BODY), BODY)).toBe('verified');
+    expect(reads).toEqual([
+      { outcome: 'skipped', identifier: rsaId },
+      { outcome: 'done', keys: 1 },
+      { outcome: 'done', keys: 2 },
+    ]);
+  });
+
+  it('stops trusting a key the programme withdrew, once every source has been read', async () => {
+    const keys = new VerificationKeys({ file, refreshIntervalMs: 0 });
+    expect(await keys.check(current.id, signatureOf(current, BODY), BODY)).toBe('verified');
+    writeFileSync(file, documentOf([next]));
+    expect(await keys.check(next.id, signatureOf(next, BODY), BODY)).toBe('verified');
+    expect(await keys.check(current.id, signatureOf(current, BODY), BODY)).toBe('unknown_key');
+  });
+
+  it("reads nothing again for an identifier not shaped as the programme's", async () => {
+    const reads: KeysRead[] = [];
+    const keys = new VerificationKeys({ file, refreshIntervalMs: 0 }, (read) => reads.push(read));
+    expect(await keys.check(current.id, signatureOf(current, BODY), BODY)).toBe('verified');
+    for (const madeUp of ['made-up', 'g'.repeat(64), `${current.id}0`]) {
+      expect(await keys.check(madeUp, signatureOf(current, BODY), BODY)).toBe('unknown_key');
     }
-    expect([...parseKeysDocument(documentOf([current, next])).keys()]).toEqual(['current', 'next']);
+    expect(await keys.check(next.id, signatureOf(next, BODY), BODY)).toBe('unknown_key');
+    expect(reads).toEqual([
+      { outcome: 'done', keys: 1 },
+      { outcome: 'done', keys: 1 },
+    ]);
   });
 });
