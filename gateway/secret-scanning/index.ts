@@ -21,6 +21,7 @@ import {
   parseReport,
   type ReportedToken,
   type TokenAnswer,
+  tokenHash,
 } from './reports';
 import { VerificationKeys } from './verification-keys';
 
@@ -74,6 +75,18 @@ type Change =
 
 const NOTHING: Change = { action: 'none' };
 
+/** What acting on a key came to: a change, a key already gone, or a change made just before. */
+type Outcome =
+  | Change
+  | { readonly action: 'gone' }
+  | { readonly action: 'repeat'; readonly of: 'revoked' | 'rolled' };
+
+/**
+ * How long a key acted on here is remembered: longer than the key store takes to reload past the
+ * write (about a second), so a key reported again meanwhile is not taken for one still in force.
+ */
+const ACTED_ON_MS = 5000;
+
 /** The one answer to every report whose signature does not verify: it says nothing of why. */
 class UnverifiedReportError extends TollgateError {
   override readonly name = 'UnverifiedReportError';
@@ -123,7 +136,7 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
       next(tooLarge ? new PayloadTooLargeError() : new InvalidRequestError('Unreadable body'));
     });
   };
-  const writes = new Map<string, Promise<Change>>();
+  const writes = new Map<string, Promise<Outcome>>();
 
   const handle: RequestHandler = function secretScanningReport(req, res, next) {
     const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
@@ -145,8 +158,18 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
         refuse(req, 'malformed');
         throw new InvalidRequestError(tokens);
       }
+      // GitHub batches: a token found in several places comes once per place, acted on once.
+      const answered = new Map<string, TokenAnswer>();
       const answers: TokenAnswer[] = [];
-      for (const reported of tokens) answers.push(await answer(req, reported));
+      for (const reported of tokens) {
+        const earlier = answered.get(reported.token);
+        const current =
+          earlier === undefined
+            ? await answer(req, reported)
+            : { ...earlier, token_type: reported.type };
+        answered.set(reported.token, current);
+        answers.push(current);
+      }
       return answers;
     };
     verified().then((answers) => {
@@ -163,30 +186,53 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
       Date.now(),
       options.action === 'roll' ? options.graceSeconds : undefined,
     );
-    const change = finding.kind === 'live' ? await act(finding.key.id) : NOTHING;
-    const label = change.action === 'gone' ? 'false_positive' : labelOf(finding);
-    const done = change.action === 'gone' ? NOTHING : change;
+    const outcome = finding.kind === 'live' ? await act(finding.key.id) : NOTHING;
+    const label = labelAfter(finding, outcome);
+    const done = outcome.action === 'gone' || outcome.action === 'repeat' ? NOTHING : outcome;
     metrics.secretScanningReport(typeOf(finding), label, done.action);
     if (finding.kind !== 'unknown') record(req, reported, finding, label, done);
-    return { token_raw: reported.token, token_type: reported.type, label };
+    return { token_hash: tokenHash(reported.token), token_type: reported.type, label };
   };
 
-  /** One write per key at a time: a report sent twice at once rolls a key once. */
-  const act = async (keyId: string): Promise<Change | { action: 'gone' }> => {
+  /** Keys revoked or rolled here lately, until the key store has surely reloaded past the write. */
+  const actedOn = new Map<string, { readonly of: 'revoked' | 'rolled'; readonly until: number }>();
+  const actedBefore = (keyId: string, now: number): Outcome | undefined => {
+    for (const [id, entry] of actedOn) if (entry.until <= now) actedOn.delete(id);
+    const entry = actedOn.get(keyId);
+    return entry === undefined ? undefined : { action: 'repeat', of: entry.of };
+  };
+
+  /**
+   * One write per key: a key reported twice at once, or again before the key store shows the
+   * first write, is revoked or rolled once, and logged and counted once.
+   */
+  const act = async (keyId: string): Promise<Outcome> => {
+    const before = actedBefore(keyId, Date.now());
+    if (before !== undefined) return before;
     const pending = writes.get(keyId);
     if (pending !== undefined) {
-      await pending;
-      return NOTHING;
+      const first = await pending;
+      return first.action === 'revoked' || first.action === 'rolled'
+        ? { action: 'repeat', of: first.action }
+        : first;
     }
-    const write = writeOnce(keyId).finally(() => writes.delete(keyId));
+    const write = writeOnce(keyId)
+      .then(
+        (change): Outcome => {
+          if (change.action !== 'none') {
+            actedOn.set(keyId, { of: change.action, until: Date.now() + ACTED_ON_MS });
+          }
+          return change;
+        },
+        (error: unknown): Outcome => {
+          // Revoked or expired by someone else since it was looked up: nothing left to do.
+          if (error instanceof ConflictError) return { action: 'gone' };
+          throw error instanceof TollgateError ? error : new DatabaseUnavailableError();
+        },
+      )
+      .finally(() => writes.delete(keyId));
     writes.set(keyId, write);
-    try {
-      return await write;
-    } catch (error) {
-      // Revoked or expired by someone else since it was looked up: nothing left to do.
-      if (error instanceof ConflictError) return { action: 'gone' };
-      throw error instanceof TollgateError ? error : new DatabaseUnavailableError();
-    }
+    return write;
   };
   const writeOnce = async (keyId: string): Promise<Change> => {
     if (options.action === 'roll') {
@@ -268,6 +314,17 @@ function singleHeader(req: Request, name: string): string | undefined {
     : undefined;
 }
 
+/**
+ * A key gone meanwhile, or revoked just before, no longer works: `false_positive`, as a revoked key
+ * reported again answers. A key rolled just before still works during its grace: `true_positive`.
+ */
+function labelAfter(finding: Finding, outcome: Outcome): TokenAnswer['label'] {
+  if (outcome.action === 'gone') return 'false_positive';
+  if (outcome.action === 'repeat')
+    return outcome.of === 'revoked' ? 'false_positive' : 'true_positive';
+  return labelOf(finding);
+}
+
 function typeOf(finding: Finding): 'secret' | 'publishable' | 'unknown' {
   if (finding.kind === 'unknown') return 'unknown';
   return finding.kind === 'publishable' ? 'publishable' : 'secret';
@@ -307,6 +364,11 @@ export function secretScanningRoute(options: SecretScanningRouteOptions): {
       logger.info(
         { event: 'secret_scanning.keys_read', keys: read.keys },
         'secret scanning: verification keys read',
+      );
+    } else if (read.outcome === 'skipped') {
+      logger.warn(
+        { event: 'secret_scanning.key_skipped', key_identifier: read.identifier },
+        'secret scanning: a verification key that is not ECDSA P-256 was left out',
       );
     } else {
       logger.error(

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { KeyRecord, KeyStore } from '../../lib';
 import { isExpired } from '../../lib/keys/key-record';
 import { keyPrefixType, keyShape } from '../../lib/keys/key-format';
@@ -5,7 +6,8 @@ import { keyPrefixType, keyShape } from '../../lib/keys/key-format';
 /**
  * What a secret-scanning report is, and what each reported token means to the keys in force.
  * The programme posts a JSON array of `{token, type, url, source}`; it is answered with one
- * `{token_raw, token_type, label}` per token, `label` being `true_positive` when the token is a
+ * `{token_hash, token_type, label}` per token (`token_hash` the lowercase hex SHA-256 of the token,
+ * so that the answer never carries a secret back), `label` being `true_positive` when the token is a
  * key that works here, `false_positive` otherwise (unknown, revoked, expired, or not a key).
  */
 
@@ -21,7 +23,7 @@ export interface ReportedToken {
 export type Label = 'true_positive' | 'false_positive';
 
 export interface TokenAnswer {
-  readonly token_raw: string;
+  readonly token_hash: string;
   readonly token_type: string;
   readonly label: Label;
 }
@@ -107,6 +109,11 @@ export function findingOf(
 /** A key that works here is a true positive: a publishable one too (it is public by design). */
 export function labelOf(finding: Finding): Label {
   return finding.kind === 'unknown' || finding.kind === 'dead' ? 'false_positive' : 'true_positive';
+}
+
+/** How the answer names a token: its lowercase hex SHA-256, never the token itself. */
+export function tokenHash(token: string): string {
+  return createHash('sha256').update(token, 'utf8').digest('hex');
 }
 
 function shortString(value: unknown): string | undefined {

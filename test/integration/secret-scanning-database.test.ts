@@ -64,8 +64,20 @@ function reportBody(reports: readonly Report[]): Buffer {
   );
 }
 
+/** How the answer names a token: its lowercase hex SHA-256. */
+function hashOf(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
 function signatureOf(signer: Signer, body: Buffer): string {
   return sign('sha256', body, { key: signer.privateKey, dsaEncoding: 'der' }).toString('base64');
+}
+
+function leakedCount(metrics: string): number {
+  const line = /^tollgate_leaked_secret_keys_total\{reason="public_repository"\} (\d+)$/m.exec(
+    metrics,
+  );
+  return Number(line?.[1] ?? 0);
 }
 
 describeWithPostgres('the secret-scanning endpoint on the database key store, two gateways', () => {
@@ -227,7 +239,7 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     const started = performance.now();
     expect(answered.status).toBe(200);
     expect(answers(answered)).toEqual([
-      { token_raw: key.secret, token_type: 'tollgate_secret_key', label: 'true_positive' },
+      { token_hash: hashOf(key.secret), token_type: 'tollgate_secret_key', label: 'true_positive' },
     ]);
     for (;;) {
       if ((await onSecond(key.secret)).status === 401) break;
@@ -273,7 +285,11 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     logs.clear();
     const replayed = await signed(body);
     expect(answers(replayed)).toEqual([
-      { token_raw: key.secret, token_type: 'tollgate_secret_key', label: 'false_positive' },
+      {
+        token_hash: hashOf(key.secret),
+        token_type: 'tollgate_secret_key',
+        label: 'false_positive',
+      },
     ]);
     expect(await stored()).toEqual(before);
     expect(logs.entries().filter((entry) => entry.event === 'security.leaked_secret_key')).toEqual(
@@ -296,9 +312,12 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     );
     expect(answered.status).toBe(200);
     expect(answers(answered)).toEqual([
-      { token_raw: notHeld, token_type: 'tollgate_secret_key', label: 'false_positive' },
+      { token_hash: hashOf(notHeld), token_type: 'tollgate_secret_key', label: 'false_positive' },
       expect.objectContaining({ label: 'false_positive' }),
-      expect.objectContaining({ token_raw: 'sk_live_not_a_key_at_all', label: 'false_positive' }),
+      expect.objectContaining({
+        token_hash: hashOf('sk_live_not_a_key_at_all'),
+        label: 'false_positive',
+      }),
     ]);
     expect(await stored()).toEqual(before);
   });
@@ -312,7 +331,7 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     );
     expect(answers(answered)).toEqual([
       {
-        token_raw: key.publishable,
+        token_hash: hashOf(key.publishable),
         token_type: 'tollgate_publishable_key',
         label: 'true_positive',
       },
@@ -411,7 +430,7 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     const body = reportBody([{ token: key.secret }]);
     const answered = await signed(body, github, rolling);
     expect(answers(answered)).toEqual([
-      { token_raw: key.secret, token_type: 'tollgate_secret_key', label: 'true_positive' },
+      { token_hash: hashOf(key.secret), token_type: 'tollgate_secret_key', label: 'true_positive' },
     ]);
     const afterRoll = await stored();
     const keys = (afterRoll as { keys: { id: string; expiresAt: Date | null }[] }[])[0]?.keys ?? [];
@@ -429,6 +448,50 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     expect(answers(replayed)).toEqual([expect.objectContaining({ label: 'true_positive' })]);
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(await stored()).toEqual(afterRoll);
+  });
+
+  it('acts once on a key reported twice in one report, and again before the store reloads', async () => {
+    const key = await newKey();
+    const leakedBefore = leakedCount(await first.app.metrics.text());
+    logs.clear();
+    const body = reportBody([{ token: key.secret }, { token: key.secret, source: 'commit' }]);
+    const answered = await signed(body);
+    // At once, before the key store has reloaded past the revocation.
+    const replayed = await signed(body);
+    expect(answers(answered)).toEqual([
+      { token_hash: hashOf(key.secret), token_type: 'tollgate_secret_key', label: 'true_positive' },
+      { token_hash: hashOf(key.secret), token_type: 'tollgate_secret_key', label: 'true_positive' },
+    ]);
+    expect(answers(replayed)).toEqual([
+      expect.objectContaining({ label: 'false_positive' }),
+      expect.objectContaining({ label: 'false_positive' }),
+    ]);
+    const events = logs.entries().map((entry) => entry.event);
+    expect(events.filter((event) => event === 'security.leaked_secret_key')).toHaveLength(1);
+    expect(events.filter((event) => event === 'admin.audit')).toHaveLength(1);
+    expect(leakedCount(await first.app.metrics.text())).toBe(leakedBefore + 1);
+  });
+
+  it('with roll: rolls once a key reported twice in one report, and again before the store reloads', async () => {
+    const key = await newKey();
+    const countKeys = async (): Promise<number> =>
+      ((await stored()) as { keys: unknown[] }[])[0]?.keys.length ?? 0;
+    const before = await countKeys();
+    rollingLogs.clear();
+    const body = reportBody([{ token: key.secret }, { token: key.secret, source: 'commit' }]);
+    const answered = await signed(body, github, rolling);
+    const replayed = await signed(body, github, rolling);
+    for (const result of [answered, replayed]) {
+      expect(answers(result)).toEqual([
+        expect.objectContaining({ label: 'true_positive' }),
+        expect.objectContaining({ label: 'true_positive' }),
+      ]);
+    }
+    expect(await countKeys()).toBe(before + 1);
+    const leaked = rollingLogs
+      .entries()
+      .filter((entry) => entry.event === 'security.leaked_secret_key');
+    expect(leaked).toHaveLength(1);
   });
 
   it('limits reports per client address: over the limit, 429 before the body is read', async () => {
