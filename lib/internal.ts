@@ -15,3 +15,4 @@ export {
   traceIds,
   TRACER_NAME,
 } from './core/tracing';
+export { isExpired } from './keys/key-record';

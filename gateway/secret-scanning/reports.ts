@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { KeyRecord, KeyStore } from '../../lib';
-import { isExpired } from '../../lib/keys/key-record';
-import { keyPrefixType, keyShape } from '../../lib/keys/key-format';
+import { keyPrefixType, keyShape } from '../../lib/entry/core';
+import { isExpired } from '../../lib/internal';
 
 /**
  * What a secret-scanning report is, and what each reported token means to the keys in force.
