@@ -77,7 +77,7 @@ export function startTracing(config: TracingConfig): Tracing {
   // `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` win over the gateway's own name.
   const resource = resources.resourceFromAttributes({ 'service.name': 'tollgate-gateway' }).merge(
     resources.detectResources({
-      detectors: [resources.resourceAttributesEnvDetector, resources.serviceNameEnvDetector],
+      detectors: [resources.envDetector],
     }),
   );
   // The exporter reads its endpoint, headers, timeout and compression from the environment.
