@@ -1,5 +1,5 @@
 import type { Request, Response } from 'express';
-import { endRequestSpan, type RequestSpan, startRequestSpan } from '../core/tracing';
+import { endRequestSpan, kitTracer, type RequestSpan, startRequestSpan } from '../core/tracing';
 
 /**
  * The request's span for the Express doors: started (or adopted from an instrumentation of the
@@ -14,6 +14,8 @@ export function traceRequest(
 ): RequestSpan | undefined {
   const existing = req.tollgateSpan;
   if (existing !== undefined) return existing;
+  // Tracing off: nothing is built for the request, not even the description of it.
+  if (kitTracer() === undefined) return undefined;
   const requestSpan = startRequestSpan(
     {
       method: req.method,
