@@ -14,6 +14,7 @@ import {
   type SharedStoreState,
   type TokenService,
   tollgate,
+  type IdempotencyEvent,
 } from '../lib';
 import {
   createPathRedactor,
@@ -23,7 +24,14 @@ import {
 import { refuseQueryCredentials, requestId, series } from '../lib/entry/express';
 import { createAccessLog } from './access-log';
 import { methodsByPath, routeDispatch } from './dispatch';
-import { DEFAULT_LIMITS, type LimitsConfig, type ShadowConfig, type TrustProxy } from './config';
+import { randomBytes } from 'node:crypto';
+import {
+  DEFAULT_LIMITS,
+  type IdempotencyConfig,
+  type LimitsConfig,
+  type ShadowConfig,
+  type TrustProxy,
+} from './config';
 import { DecisionHistory, type MinuteCounts } from './decision-history';
 import { GatewayMetrics } from './metrics';
 import { createProxy } from './proxy';
@@ -35,7 +43,7 @@ import {
 import { apiDescription } from './openapi/document';
 import { createReadiness, type Readiness, reportsStatus, UpstreamProbe } from './readiness';
 import { GATEWAY_SCOPE_NAMES, GATEWAY_SCOPES, type GatewayScope } from './keys-cli/limit-scopes';
-import { ID_PATTERN, ROUTES, type RouteSpec } from './routes';
+import { ID_PATTERN, IDEMPOTENT_PATHS, ROUTES, type RouteSpec } from './routes';
 import { type SecretScanningRouteOptions, secretScanningRoute } from './secret-scanning';
 
 /**
@@ -67,6 +75,12 @@ export interface AppOptions {
    * off nothing of it is mounted. Defaults to `TOLLGATE_CHECK_ANSWERS=1`, which the tests set.
    */
   checkAnswers?: boolean;
+  /**
+   * Idempotency keys on the routes that move money: the secret stored answers are sealed under
+   * (the token secret), the routes that require a key, the lifetime and the answer bound. Defaults
+   * to a random secret, no route requiring a key, 24 hours and 64 KiB.
+   */
+  idempotency?: Partial<IdempotencyConfig> & { readonly secret?: string };
   /** The secret-scanning endpoint, and the store's writes it revokes or rolls keys with. */
   secretScanning?: Pick<SecretScanningRouteOptions, 'config' | 'writer'> | undefined;
 }
@@ -123,6 +137,7 @@ export function createApp(options: AppOptions): GatewayApp {
     }),
     upstream: () => probe.state,
     ready: () => readiness.report().ready,
+    idempotentRoutes: IDEMPOTENT_PATHS,
   });
   let redisReason: string | undefined;
   const health = options.redis?.health;
@@ -136,6 +151,17 @@ export function createApp(options: AppOptions): GatewayApp {
     loggablePath: createPathRedactor({ keyStore: options.keyStore }),
     metrics,
   });
+  const idempotency = options.idempotency ?? {};
+  const requiredKeys = new Set(idempotency.required ?? []);
+  const policyOf = (route: RouteSpec): RoutePolicy<GatewayScope> =>
+    routePolicy(
+      route,
+      route.idempotent === true
+        ? requiredKeys.has(route.path)
+          ? 'required'
+          : 'optional'
+        : undefined,
+    );
   const gate = tollgate({
     keyStore: options.keyStore,
     tokens: options.tokens,
@@ -148,6 +174,15 @@ export function createApp(options: AppOptions): GatewayApp {
     publicKeyHeader,
     onSecurityEvent,
     shadow: options.shadow,
+    idempotency: {
+      secret: idempotency.secret ?? randomBytes(48).toString('base64'),
+      ttlSeconds: idempotency.ttlSeconds,
+      maxAnswerBytes: idempotency.maxAnswerBytes,
+      onOutcome: (event) => {
+        metrics.idempotency(event.policy, event.outcome);
+        auditIdempotency(logger, event);
+      },
+    },
     onDecision: (event) => {
       const rateLimits = gate.rateLimitState();
       metrics.decision(event, rateLimits);
@@ -188,6 +223,7 @@ export function createApp(options: AppOptions): GatewayApp {
   const readiness = createReadiness({
     keyStore: options.keyStore,
     upstream: probe,
+    idempotency: () => gate.gate.idempotencyState() ?? 'memory',
     rateLimits: () => {
       const state = rateLimitState();
       return state === 'degraded' && redisReason !== undefined
@@ -325,9 +361,13 @@ function scopeDefinitions(limits: LimitsConfig): Record<GatewayScope, ScopeDefin
 }
 
 /** A route's policy, the same for the gateway's own proxy and for forward authentication. */
-function policyOf(route: RouteSpec): RoutePolicy<GatewayScope> {
+function routePolicy(
+  route: RouteSpec,
+  idempotency: RoutePolicy['idempotency'],
+): RoutePolicy<GatewayScope> {
   return {
     id: route.path,
+    idempotency,
     accept: route.accept,
     role: route.minimumRole,
     permission: route.permission,
@@ -340,6 +380,35 @@ function policyOf(route: RouteSpec): RoutePolicy<GatewayScope> {
         : undefined,
   };
 }
+
+/**
+ * The audit line of a key's replay or refusal, and of an answer that could not be kept. It names
+ * the account, the key id and the request, never the body of the answer.
+ */
+function auditIdempotency(logger: Logger, event: IdempotencyEvent): void {
+  const { outcome } = event;
+  if (outcome === 'claimed' || outcome === 'stored' || outcome === 'released') return;
+  const fields = {
+    event: `idempotency.${outcome}`,
+    route: event.policy,
+    account_id: event.auth.accountId,
+    key_id: event.auth.keyId,
+    client_ip: event.facts.clientIp,
+    request_id: event.facts.requestId,
+  };
+  if (outcome === 'replayed')
+    logger.info(fields, 'answered from the first request with this Idempotency-Key');
+  else if (outcome === 'too_large' || outcome === 'not_stored' || outcome === 'unavailable')
+    logger.warn(fields, IDEMPOTENCY_WARNINGS[outcome]);
+  else logger.info(fields, 'refused for its Idempotency-Key');
+}
+
+const IDEMPOTENCY_WARNINGS = {
+  too_large:
+    'an answer was larger than TOLLGATE_IDEMPOTENCY_MAX_ANSWER_BYTES: its retries are refused 409',
+  not_stored: 'an answer could not be kept: its retries are refused 409 until the key expires',
+  unavailable: 'the idempotency store cannot be used: a request with a key was refused 503',
+} as const;
 
 function optional<T>(value: T | undefined): T[] {
   return value === undefined ? [] : [value];

@@ -9,6 +9,7 @@ import {
   parseHostPort,
 } from '../lib/internal';
 import { GATEWAY_SCOPE_NAMES, type GatewayScope } from './keys-cli/limit-scopes';
+import { IDEMPOTENT_PATHS } from './routes';
 
 /**
  * The sample gateway's configuration, read from the environment once at start. Every invalid value
@@ -66,6 +67,17 @@ export interface GatewayConfig {
   readonly secretScanning: SecretScanningConfig | undefined;
   /** OpenTelemetry tracing, from the standard `OTEL_*` variables; `undefined`: off. */
   readonly tracing: TracingConfig | undefined;
+  /** Idempotency keys on the routes that move money. */
+  readonly idempotency: IdempotencyConfig;
+}
+
+export interface IdempotencyConfig {
+  /** `TOLLGATE_IDEMPOTENCY_REQUIRED`: the route paths (as `routes.ts` writes them) that require a key. */
+  readonly required: readonly string[];
+  /** `TOLLGATE_IDEMPOTENCY_TTL_SECONDS`: how long a stored answer is replayed. */
+  readonly ttlSeconds: number;
+  /** `TOLLGATE_IDEMPOTENCY_MAX_ANSWER_BYTES`: the largest answer body kept for replays. */
+  readonly maxAnswerBytes: number;
 }
 
 /** The samplers of `OTEL_TRACES_SAMPLER` the gateway knows. */
@@ -213,7 +225,44 @@ export function loadConfig(env: Env): GatewayConfig {
     shadow: shadow(env),
     secretScanning: secretScanning(env, databaseUrl),
     tracing: tracing(env),
+    idempotency: idempotency(env),
   };
+}
+
+function idempotency(env: Env): IdempotencyConfig {
+  return {
+    required: idempotencyRequired(env),
+    ttlSeconds: integer(env, 'TOLLGATE_IDEMPOTENCY_TTL_SECONDS', 86_400, 60, 604_800),
+    maxAnswerBytes: integer(
+      env,
+      'TOLLGATE_IDEMPOTENCY_MAX_ANSWER_BYTES',
+      65_536,
+      1024,
+      16 * 1024 * 1024,
+    ),
+  };
+}
+
+/** `all`, or route paths of the routes that take a key, with or without the trailing slash. */
+function idempotencyRequired(env: Env): readonly string[] {
+  const value = optional(env, 'TOLLGATE_IDEMPOTENCY_REQUIRED');
+  if (value === undefined) return [];
+  if (value.trim() === 'all') return IDEMPOTENT_PATHS;
+  const required: string[] = [];
+  for (const entry of value.split(',')) {
+    const path = entry.trim();
+    const route = IDEMPOTENT_PATHS.find(
+      (candidate) => candidate === path || candidate === `${path}/`,
+    );
+    if (route === undefined) {
+      fail(
+        'TOLLGATE_IDEMPOTENCY_REQUIRED',
+        `${JSON.stringify(path)} is not a route that takes an Idempotency-Key; expected "all" or some of ${IDEMPOTENT_PATHS.join(', ')}`,
+      );
+    }
+    if (!required.includes(route)) required.push(route);
+  }
+  return required;
 }
 
 /** Paths the gateway already serves, which the endpoint may not take. */

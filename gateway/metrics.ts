@@ -1,5 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type {
+  IdempotencyOutcome,
   DecisionEvent,
   LimiterRedis,
   RateLimitState,
@@ -7,6 +8,7 @@ import type {
   SharedStoreState,
 } from '../lib';
 import type { RedisCommandClient } from '../lib/entry/redis';
+import { IDEMPOTENCY_OUTCOMES } from '../lib/internal';
 import type { KeyStoreStatus, UpstreamState } from './readiness';
 
 /**
@@ -35,6 +37,8 @@ export interface MetricsSources {
   readonly keys: () => KeyStoreStatus & { readonly count: number | undefined };
   readonly upstream: () => UpstreamState;
   readonly ready: () => boolean;
+  /** The routes that take an `Idempotency-Key`, whose outcome counts are served from 0. */
+  readonly idempotentRoutes?: readonly string[];
 }
 
 const RATE_LIMIT_STATES: readonly RateLimitState[] = ['shared', 'memory', 'degraded'];
@@ -87,6 +91,7 @@ export class GatewayMetrics {
   private readonly scanningReports: Counter<'type' | 'label' | 'action'>;
   private readonly scanningRefusals: Counter<'reason'>;
   private readonly degradations: Counter;
+  private readonly idempotencyOutcomes: Counter<'route' | 'outcome'>;
   /**
    * Decision counts by route, outcome, code and limiter state, in plain numbers: prom-client
    * hashes a label set on every increment, costly on every request, so the request path
@@ -287,6 +292,23 @@ export class GatewayMetrics {
     this.keyReloads.labels('failed').inc(0);
     this.keyReloads.labels('done').inc(0);
     for (const reason of LEAK_REASONS) this.leakedSecretKeys.labels(reason).inc(0);
+    this.idempotencyOutcomes = new Counter({
+      name: 'tollgate_idempotency_total',
+      help: 'Requests carrying an Idempotency-Key (or missing a required one), by route and outcome (claimed, stored, too_large, not_stored, released, replayed, in_use, reused, unavailable, invalid, missing)',
+      labelNames: ['route', 'outcome'],
+      registers,
+    });
+    // Every series served from the start, so an alert on `increase()` sees the first occurrence.
+    for (const route of sources.idempotentRoutes ?? []) {
+      for (const outcome of IDEMPOTENCY_OUTCOMES) {
+        this.idempotencyOutcomes.labels(route, outcome).inc(0);
+      }
+    }
+  }
+
+  /** What became of a request's `Idempotency-Key`. */
+  idempotency(route: string, outcome: IdempotencyOutcome): void {
+    this.idempotencyOutcomes.labels(route, outcome).inc();
   }
 
   /** The gate's observer: one count per decision. */

@@ -1,6 +1,12 @@
 import type { RequestHandler } from 'express';
 import { Client } from 'undici';
-import { errorBody, type KeyStore, NotReadyError, type RateLimitState } from '../lib';
+import {
+  errorBody,
+  type IdempotencyStoreState,
+  type KeyStore,
+  NotReadyError,
+  type RateLimitState,
+} from '../lib';
 import { faultName } from '../lib/internal';
 
 /**
@@ -158,6 +164,8 @@ export interface ReadinessOptions {
   readonly keyStore: KeyStore;
   readonly upstream: UpstreamProbe;
   readonly rateLimits: () => { state: RateLimitState; reason?: string };
+  /** Where idempotency keys are kept: `degraded` while Redis cannot be used. */
+  readonly idempotency?: () => IdempotencyStoreState;
 }
 
 export interface ReadinessReport {
@@ -175,6 +183,7 @@ export interface ReadinessReport {
     };
     readonly upstream: { status: 'up' | 'down'; reason?: string; checked_at: string | null };
     readonly rate_limits: { status: RateLimitState; reason?: string };
+    readonly idempotency: { status: IdempotencyStoreState };
   };
 }
 
@@ -205,6 +214,12 @@ export function createReadiness(options: ReadinessOptions): Readiness {
         `rate limits: Redis unusable${limits.reason === undefined ? '' : ` (${limits.reason})`}; counted in process memory`,
       );
     }
+    const idempotency = options.idempotency?.() ?? 'memory';
+    if (idempotency === 'degraded') {
+      warnings.push(
+        'idempotency keys: Redis unusable; requests carrying an Idempotency-Key are refused 503, requests without one are served',
+      );
+    }
     return {
       ready: reasons.length === 0,
       reasons,
@@ -229,6 +244,7 @@ export function createReadiness(options: ReadinessOptions): Readiness {
             ? {}
             : { reason: limits.reason }),
         },
+        idempotency: { status: idempotency },
       },
     };
   };

@@ -23,6 +23,11 @@ export interface RouteSpec {
    */
   readonly permission?: Permission;
   readonly scope: LimitScope;
+  /**
+   * The route moves money: a retry with the same `Idempotency-Key` is answered with the first
+   * answer, never forwarded again.
+   */
+  readonly idempotent?: true;
 }
 
 const BEARER: readonly CredentialKind[] = ['secret', 'token'];
@@ -65,7 +70,13 @@ export const ROUTES: readonly RouteSpec[] = [
     permission: 'payments:read',
     scope: 'payments',
   },
-  { method: 'POST', path: '/api/v1/checkout/', accept: ['publishable'], scope: 'checkout-create' },
+  {
+    method: 'POST',
+    path: '/api/v1/checkout/',
+    accept: ['publishable'],
+    scope: 'checkout-create',
+    idempotent: true,
+  },
   { method: 'GET', path: '/api/v1/checkout/:id/', accept: ['publishable'], scope: 'checkout-read' },
   {
     method: 'POST',
@@ -74,6 +85,7 @@ export const ROUTES: readonly RouteSpec[] = [
     minimumRole: 'level-2',
     permission: 'payouts:write',
     scope: 'payments',
+    idempotent: true,
   },
   {
     method: 'POST',
@@ -82,6 +94,7 @@ export const ROUTES: readonly RouteSpec[] = [
     minimumRole: 'level-3',
     permission: 'payouts:approve',
     scope: 'payments',
+    idempotent: true,
   },
   {
     method: 'POST',
@@ -90,6 +103,7 @@ export const ROUTES: readonly RouteSpec[] = [
     minimumRole: 'level-3',
     permission: 'otp:confirm',
     scope: 'authenticated',
+    idempotent: true,
   },
   {
     method: 'POST',
@@ -98,8 +112,14 @@ export const ROUTES: readonly RouteSpec[] = [
     minimumRole: 'level-2',
     permission: 'chargebacks:write',
     scope: 'authenticated',
+    idempotent: true,
   },
 ];
+
+/** The paths of the routes that take an `Idempotency-Key`. */
+export const IDEMPOTENT_PATHS: readonly string[] = ROUTES.filter((route) => route.idempotent).map(
+  (route) => route.path,
+);
 
 /** Path parameters are opaque ids; anything else (`..`, `%2F`, spaces) is not a route: 404. */
 export const ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;

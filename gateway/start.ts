@@ -77,10 +77,9 @@ export async function startGateway(
       'TOLLGATE_TOKEN_SECRET is not set: tokens are signed with a random per-process secret and die with the process',
     );
   }
-  const tokens = new TokenService({
-    secret: config.tokenSecret ?? randomBytes(48).toString('base64'),
-    ttlSeconds: config.tokenTtlSeconds,
-  });
+  // Tokens and stored idempotent answers: both die with the process when it is random.
+  const secret = config.tokenSecret ?? randomBytes(48).toString('base64');
+  const tokens = new TokenService({ secret, ttlSeconds: config.tokenTtlSeconds });
 
   const stub = config.upstreamUrl === undefined ? await startStubUpstream() : undefined;
   const upstreamUrl = config.upstreamUrl ?? stub?.url ?? '';
@@ -110,6 +109,7 @@ export async function startGateway(
     publicKeyHeader: config.publicKeyHeader,
     upstreamTimeoutMs: config.upstreamTimeoutMs,
     shadow: config.shadow,
+    idempotency: { ...config.idempotency, secret },
     secretScanning:
       config.secretScanning === undefined || databaseStore === undefined
         ? undefined

@@ -20,6 +20,11 @@ export const ERROR_CODES = [
   'not_found',
   'method_not_allowed',
   'conflict',
+  'idempotency_key_invalid',
+  'idempotency_key_required',
+  'idempotency_key_in_use',
+  'idempotency_key_reused',
+  'idempotency_unavailable',
   'payload_too_large',
   'unsupported_media_type',
   'headers_too_large',
@@ -157,6 +162,62 @@ export class ConflictError extends TollgateError {
   }
 }
 
+/** The `Idempotency-Key` header is malformed (empty, too long, other characters, sent twice). */
+export class IdempotencyKeyInvalidError extends TollgateError {
+  override readonly name = 'IdempotencyKeyInvalidError';
+  constructor(message: string) {
+    super(400, 'idempotency_key_invalid', message);
+  }
+}
+
+/** The route makes money move and requires an `Idempotency-Key`, which the request lacks. */
+export class IdempotencyKeyRequiredError extends TollgateError {
+  override readonly name = 'IdempotencyKeyRequiredError';
+  constructor() {
+    super(
+      400,
+      'idempotency_key_required',
+      'This route requires an Idempotency-Key header: a unique value per operation, the same on every retry',
+    );
+  }
+}
+
+/**
+ * A request with this key is still being answered (`Retry-After: 1`), or its outcome is unknown
+ * to the gateway (no `Retry-After`: retrying with the same key will not help).
+ */
+export class IdempotencyKeyInUseError extends TollgateError {
+  override readonly name = 'IdempotencyKeyInUseError';
+  constructor(message: string, retryAfterSeconds?: number) {
+    super(
+      409,
+      'idempotency_key_in_use',
+      message,
+      retryAfterSeconds === undefined ? {} : { 'Retry-After': String(retryAfterSeconds) },
+    );
+  }
+}
+
+/** The key was first used with another request (method, path or body). */
+export class IdempotencyKeyReusedError extends TollgateError {
+  override readonly name = 'IdempotencyKeyReusedError';
+  constructor() {
+    super(
+      422,
+      'idempotency_key_reused',
+      'This Idempotency-Key was used with another request: use a new key for a new operation',
+    );
+  }
+}
+
+/** The store of idempotency keys cannot take the request now; nothing was forwarded. */
+export class IdempotencyUnavailableError extends TollgateError {
+  override readonly name = 'IdempotencyUnavailableError';
+  constructor(message = 'Idempotency keys cannot be checked right now; nothing was done, retry') {
+    super(503, 'idempotency_unavailable', message, { 'Retry-After': '1' });
+  }
+}
+
 export class PayloadTooLargeError extends TollgateError {
   override readonly name = 'PayloadTooLargeError';
   constructor() {
@@ -197,7 +258,14 @@ export class RateLimitedError extends TollgateError {
 
 export class UpstreamError extends TollgateError {
   override readonly name = 'UpstreamError';
-  constructor(kind: 'unavailable' | 'timeout') {
+  constructor(
+    kind: 'unavailable' | 'timeout',
+    /**
+     * `false` only when the request surely never reached the upstream (no connection could be
+     * made): an idempotency key's claim is then released, so a retry is forwarded.
+     */
+    readonly requestSent = true,
+  ) {
     super(
       kind === 'timeout' ? 504 : 502,
       kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable',

@@ -32,6 +32,11 @@ export {
   MethodNotAllowedError,
   ForbiddenOriginError,
   ConflictError,
+  IdempotencyKeyInvalidError,
+  IdempotencyKeyRequiredError,
+  IdempotencyKeyInUseError,
+  IdempotencyKeyReusedError,
+  IdempotencyUnavailableError,
   PayloadTooLargeError,
   HeadersTooLargeError,
   UnsupportedMediaTypeError,
@@ -54,6 +59,7 @@ export {
 } from './express/tollgate';
 export type {
   GateOptions,
+  IdempotencyOptions,
   RoutePolicy,
   Scopes,
   ShadowOptions,
@@ -62,6 +68,8 @@ export type {
   DecisionEvent,
 } from './core/gate';
 export type { RequestFacts } from './core/facts';
+export type { IdempotencyEvent, IdempotencyMode, IdempotencyOutcome } from './core/idempotency';
+export type { IdempotencyStoreState } from './idempotency/store';
 export type { ScopeDefinition, ScopeKey, ScopeUsage, HeaderPair } from './core/limits';
 export type { SecurityEvent } from './core/credentials';
 export type { ForwardAuthOptions, ForwardAuthRoute } from './express/forward-auth';

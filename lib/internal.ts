@@ -16,3 +16,4 @@ export {
   TRACER_NAME,
 } from './core/tracing';
 export { isExpired } from './keys/key-record';
+export { IDEMPOTENCY_OUTCOMES } from './core/idempotency';

@@ -15,6 +15,11 @@ export interface RequestFacts {
   readonly headersDistinct: NodeJS.Dict<string[]>;
   /** The parsed JSON body, for routes that read one (a publishable key or a key pair in it). */
   readonly body?: unknown;
+  /**
+   * The body's bytes as received, for routes that take an `Idempotency-Key` (part of a request's
+   * fingerprint); absent: an empty body.
+   */
+  readonly rawBody?: Buffer | undefined;
   /** The canonical client address (an IPv4-mapped IPv6 address as its IPv4 form). */
   readonly clientIp?: string | undefined;
   /** For logs and security events. */

@@ -60,6 +60,23 @@ import {
   type ScopeUsage,
 } from './limits';
 import { AdmissionStore } from '../rate-limit/admission-store';
+import {
+  DEFAULT_IDEMPOTENCY_TTL_SECONDS,
+  DEFAULT_MAX_ANSWER_BYTES,
+  type IdempotencyEvent,
+  type IdempotencyMode,
+  IdempotencyRule,
+  type IdempotencyStep,
+  MAX_IDEMPOTENCY_TTL_SECONDS,
+  MAX_MAX_ANSWER_BYTES,
+  MIN_IDEMPOTENCY_TTL_SECONDS,
+  MIN_MAX_ANSWER_BYTES,
+} from './idempotency';
+import {
+  type IdempotencyStoreState,
+  MemoryIdempotencyStore,
+  RedisIdempotencyStore,
+} from '../idempotency/store';
 import { context as contexts, trace, type Span } from '@opentelemetry/api';
 import {
   recordDecision,
@@ -85,7 +102,9 @@ import {
  *    (counted per account and IP) and the route's scope; a refusal by one
  *    spends none of the others;
  * 6. shadow mode: a limit scope or an account's whitelist in shadow adds a finding to an allowed
- *    decision instead of refusing (never credentials, roles or the failed-authentication budget).
+ *    decision instead of refusing (never credentials, roles or the failed-authentication budget);
+ * 7. on a route that takes an `Idempotency-Key`, the key: claimed for a first use, the stored
+ *    answer for a retry, or a refusal (`lib/core/idempotency.ts`).
  *
  * A refusal is a decision, not an exception: `decide()` rejects only on a fault (a key store that
  * throws), which a door reports as `500 internal_error`.
@@ -137,6 +156,33 @@ export interface GateOptions<S extends Scopes = Scopes> {
    * Defaults to none.
    */
   readonly permissions?: readonly string[] | undefined;
+  /**
+   * Idempotent requests, for routes whose policy names `idempotency`: a retry with the same
+   * `Idempotency-Key` gets the first answer instead of running twice. Kept in Redis when `redis` is
+   * given (a Redis that cannot be used refuses keyed requests `503`), in memory otherwise.
+   * Defaults to none: a policy naming `idempotency` is then refused at start.
+   */
+  readonly idempotency?: IdempotencyOptions | undefined;
+}
+
+export interface IdempotencyOptions {
+  /**
+   * At least 32 bytes, kept secret (the token secret fits): stored answers are sealed, and keys
+   * and fingerprints hashed, under keys derived from it. Every instance sharing Redis needs the
+   * same one; a stored answer sealed under another is never replayed (its retries get `409`).
+   */
+  readonly secret: string | Buffer;
+  /** How long an answer is replayed, from when it was stored, in seconds: 60 to 604 800. Defaults to 86 400. */
+  readonly ttlSeconds?: number | undefined;
+  /**
+   * The largest answer body kept for replays, in bytes: 1 024 to 16 777 216. The retries of a
+   * larger answer are refused `409 idempotency_key_in_use`, naming its status. Defaults to 65 536.
+   */
+  readonly maxAnswerBytes?: number | undefined;
+  /** Without Redis: the records kept in memory at most (each key, answered or in flight). Defaults to 100 000. */
+  readonly maxRecords?: number | undefined;
+  /** What became of each key: for metrics and audit lines. Never told a body. */
+  readonly onOutcome?: ((event: IdempotencyEvent) => void) | undefined;
 }
 
 export interface ShadowOptions {
@@ -183,6 +229,12 @@ export interface RoutePolicy<Name extends string = string> {
   readonly ipWhitelist?: boolean | readonly string[] | undefined;
   /** A name for logs and metrics. Defaults to the scope's name. */
   readonly id?: string | undefined;
+  /**
+   * `'optional'` takes an `Idempotency-Key` and replays the first answer to its retries;
+   * `'required'` also refuses requests without one (`400 idempotency_key_required`). Needs the
+   * gate's `idempotency` option. Defaults to none: the header is passed on, never read.
+   */
+  readonly idempotency?: IdempotencyMode | undefined;
 }
 
 /**
@@ -208,7 +260,12 @@ export interface CompiledPolicy {
   readonly limits: readonly LimitUse[];
   /** @internal The limits of a request made with a publishable key (its cap first). */
   readonly publishableLimits: readonly LimitUse[];
+  /** Whether the route takes an `Idempotency-Key`, and requires it; `undefined`: it does not. */
+  readonly idempotency: IdempotencyMode | undefined;
 }
+
+/** A first use's claim, or the stored answer of a retry, on an allowed decision. */
+export type IdempotencyPass = Exclude<IdempotencyStep, { readonly kind: 'refused' }>;
 
 export type Decision =
   | {
@@ -217,6 +274,12 @@ export type Decision =
       readonly headers: readonly HeaderPair[];
       /** Rules in shadow mode that would have refused it; absent when none. */
       readonly shadow?: readonly ShadowFinding[] | undefined;
+      /**
+       * On a route that takes an `Idempotency-Key`, for a request carrying one: the claim of a
+       * first use, whose answer the door keeps (`claim.complete()`), or the answer to replay
+       * instead of going on. Absent otherwise.
+       */
+      readonly idempotency?: IdempotencyPass | undefined;
     }
   | {
       readonly allowed: false;
@@ -243,6 +306,8 @@ export interface Gate<Name extends string = string> {
   refuseEarly(facts: RequestFacts, policy: CompiledPolicy): Decision | undefined;
   /** Where limits are counted now. */
   rateLimitState(): RateLimitState;
+  /** Where idempotency keys are kept now; `undefined` without the `idempotency` option. */
+  idempotencyState(): IdempotencyStoreState | undefined;
   /**
    * An account's use of every per-account scope in the current window, read from the counters
    * that decide (Redis, or memory while it is unusable) without spending any.
@@ -278,6 +343,7 @@ export const GATE_OPTION_CHECKS: OptionChecks<GateOptions> = {
   onDecision: isFunction,
   shadow: isObject,
   permissions: isStringList,
+  idempotency: isObject,
 };
 
 const SHADOW_OPTION_CHECKS: OptionChecks<ShadowOptions> = {
@@ -300,6 +366,22 @@ export const ROUTE_POLICY_CHECKS: OptionChecks<RoutePolicy> = {
     (value) => isBoolean.test(value) || isStringList.test(value),
   ),
   id: isString,
+  idempotency: oneOf(['optional', 'required']),
+};
+
+const IDEMPOTENCY_OPTION_CHECKS: OptionChecks<IdempotencyOptions> = {
+  secret: required(
+    check(
+      'a secret of at least 32 bytes (a string or a Buffer)',
+      (value) =>
+        (typeof value === 'string' && Buffer.byteLength(value, 'utf8') >= 32) ||
+        (Buffer.isBuffer(value) && value.length >= 32),
+    ),
+  ),
+  ttlSeconds: wholeNumber(MIN_IDEMPOTENCY_TTL_SECONDS, MAX_IDEMPOTENCY_TTL_SECONDS),
+  maxAnswerBytes: wholeNumber(MIN_MAX_ANSWER_BYTES, MAX_MAX_ANSWER_BYTES),
+  maxRecords: wholeNumber(1),
+  onOutcome: isFunction,
 };
 
 /** What a scope option accepts: one of the names declared. */
@@ -350,6 +432,9 @@ export function buildGate<S extends Scopes>(
     checkOptions(`${where}: scope ${name}`, definition, SCOPE_DEFINITION_CHECKS);
   }
   assertLimitScopes(options.keyStore, options.scopes);
+  if (options.idempotency !== undefined) {
+    checkOptions(`${where}: idempotency`, options.idempotency, IDEMPOTENCY_OPTION_CHECKS);
+  }
   const permissions = permissionNames(options.permissions, 'tollgate()');
   assertPermissionNames(options.keyStore, permissions);
   const prefix = options.redisPrefix ?? DEFAULT_PREFIX;
@@ -387,6 +472,20 @@ export function buildGate<S extends Scopes>(
     }
   }
   const shadowWhitelists: ReadonlySet<string> = new Set(options.shadow?.ipWhitelistAccounts ?? []);
+  const idempotency =
+    options.idempotency === undefined
+      ? undefined
+      : new IdempotencyRule({
+          secret: options.idempotency.secret,
+          // Shared when limits are: a per-instance fallback could forward a retry twice.
+          store:
+            options.redis === undefined
+              ? new MemoryIdempotencyStore({ maxRecords: options.idempotency.maxRecords })
+              : new RedisIdempotencyStore({ redis: options.redis, prefix }),
+          ttlSeconds: options.idempotency.ttlSeconds ?? DEFAULT_IDEMPOTENCY_TTL_SECONDS,
+          maxAnswerBytes: options.idempotency.maxAnswerBytes ?? DEFAULT_MAX_ANSWER_BYTES,
+          onOutcome: options.idempotency.onOutcome,
+        });
   const { keyStore, tokens } = options;
   const onSecurityEvent = options.onSecurityEvent;
   const onDecision = options.onDecision;
@@ -425,6 +524,14 @@ export function buildGate<S extends Scopes>(
       throw new ConfigurationError(
         `${where} permission: unknown permission ${JSON.stringify(spec.permission)}; declared: ${permissions.join(', ')}`,
       );
+    }
+    if (spec.idempotency !== undefined && idempotency === undefined) {
+      throw new ConfigurationError(
+        `${where} idempotency: ${where.startsWith('protect') ? 'tollgate()' : 'the gate'} needs the idempotency option ({ secret })`,
+      );
+    }
+    if (spec.idempotency !== undefined && spec.accept === 'key-pair') {
+      throw new ConfigurationError(`${where} idempotency: not for the token exchange`);
     }
     let resolve: (facts: RequestFacts) => AuthContext;
     let readsBody: boolean;
@@ -465,6 +572,7 @@ export function buildGate<S extends Scopes>(
           : undefined,
       limits,
       publishableLimits,
+      idempotency: spec.idempotency,
     };
   };
 
@@ -571,13 +679,23 @@ export function buildGate<S extends Scopes>(
               admitAll(store, uses, admitted, facts.clientIp, headers, findings),
             );
       if (refusal !== undefined) throw refusal;
-      return findings.length === 0
-        ? { allowed: true, auth, headers }
-        : { allowed: true, auth, headers, shadow: findings };
     } catch (error) {
       if (!isRefusal(error)) throw error;
       return { allowed: false, error, auth, headers };
     }
+    // Step 7: only an admitted request claims a key (or is answered from one).
+    const step =
+      compiled.idempotency === undefined || idempotency === undefined
+        ? undefined
+        : await idempotency.check(facts, compiled.id, compiled.idempotency, auth);
+    if (step?.kind === 'refused') return { allowed: false, error: step.error, auth, headers };
+    const allowed: Decision = { allowed: true, auth, headers };
+    if (findings.length === 0 && step === undefined) return allowed;
+    return {
+      ...allowed,
+      ...(findings.length === 0 ? {} : { shadow: findings }),
+      ...(step === undefined ? {} : { idempotency: step }),
+    };
   };
 
   const decide = async (facts: RequestFacts, compiled: CompiledPolicy): Promise<Decision> => {
@@ -601,6 +719,7 @@ export function buildGate<S extends Scopes>(
     decide,
     refuseEarly,
     rateLimitState,
+    idempotencyState: () => idempotency?.state(),
     usage,
     // The failure budget counts in `store` too.
     close: () => {

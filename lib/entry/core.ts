@@ -16,7 +16,11 @@ export {
   type Scopes,
   type ShadowFinding,
   type ShadowOptions,
+  type IdempotencyPass,
 } from '../core/gate';
+export type { IdempotencyClaim } from '../core/idempotency';
+export type { StoredAnswer } from '../idempotency/answer';
+export { IDEMPOTENCY_HEADER, REPLAYED_HEADER } from '../idempotency/key';
 export type { RequestFacts } from '../core/facts';
 export type { ScopeDefinition, ScopeKey, ScopeUsage, HeaderPair } from '../core/limits';
 export { DEFAULT_PUBLIC_KEY_HEADER, type SecurityEvent } from '../core/credentials';

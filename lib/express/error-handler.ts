@@ -18,6 +18,7 @@ import {
 import type { Logger } from '../types';
 import { checkOptions, LOGGER, type OptionChecks } from '../options';
 import { ToldOnce, warnMisconfiguration } from './warnings';
+import { noteErrorAnswer } from './idempotency';
 
 /**
  * The one place errors become responses:
@@ -55,6 +56,7 @@ export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHan
       res.destroy();
       return;
     }
+    noteErrorAnswer(res, tollgateError);
     for (const [name, value] of Object.entries(tollgateError.headers)) res.setHeader(name, value);
     res.setHeader('Cache-Control', 'no-store');
     res.status(tollgateError.status).json(errorBody(tollgateError, req.requestId));

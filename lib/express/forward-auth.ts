@@ -3,6 +3,7 @@ import type { CompiledPolicy, Gate, RoutePolicy } from '../core/gate';
 import { RouteTable } from '../core/route-table';
 import {
   ConfigurationError,
+  IdempotencyKeyInUseError,
   InternalError,
   InvalidRequestError,
   MethodNotAllowedError,
@@ -221,7 +222,10 @@ export function forwardAuthDoor(
     }
     gate.decide(facts, route.policy).then(
       (decision) => {
-        if (decision.allowed) {
+        if (decision.allowed && decision.idempotency?.kind === 'replay') {
+          // The proxy forwards, so an answer cannot be replayed here: the request was answered.
+          refuse(answeredElsewhere(), decision.headers);
+        } else if (decision.allowed) {
           req.auth = decision.auth;
           const answer = allowAnswer(dialect, decision.auth, decision.headers, {
             credentialHeaders: context.credentialHeaders,
@@ -246,6 +250,12 @@ export function forwardAuthDoor(
       },
     );
   };
+}
+
+function answeredElsewhere(): IdempotencyKeyInUseError {
+  return new IdempotencyKeyInUseError(
+    'The request with this Idempotency-Key was answered already; its answer is replayed only by the gateway itself',
+  );
 }
 
 function dialectOf(path: string): ForwardAuthDialect | undefined {

@@ -40,6 +40,9 @@ import type { RateLimitState } from '../rate-limit/redis-health';
 import { createPathRedactor } from '../core/credential-scan';
 import { nameRequestSpan } from '../core/tracing';
 import { routeTemplateOf, traceRequest } from './request-span';
+import { recordAnswer, replayAnswer } from './idempotency';
+import { IDEMPOTENCY_HEADER, REPLAYED_HEADER } from '../idempotency/key';
+import { MisconfigurationError } from '../errors';
 
 /**
  * The Express door (Express 4.21+ and 5): `tollgate(options)` builds the decision core once and
@@ -68,7 +71,8 @@ export interface ProtectOptions<Name extends string = string> extends Omit<
    * The JSON body: `true` reads (and checks) every request's body, as the gateway does before
    * proxying it; by default a body is read only when the route takes a publishable key, which may
    * travel in it; `false` leaves it to the app (mount your own parser first). An object sets the
-   * size limit (`{ limit: '64kb' }`, the default).
+   * size limit (`{ limit: '64kb' }`, the default). A route with `idempotency` reads it unless
+   * another parser kept the bytes as `req.rawBody`; `false` is refused there.
    */
   readonly body?: boolean | JsonBodyOptions | undefined;
 }
@@ -127,6 +131,18 @@ const BODY_CHECK = check(
 
 const CORS_OPTION_CHECKS: OptionChecks<BrowserCorsOptions> = { methods: isStringList };
 
+/**
+ * A body read by another parser, whose bytes were not kept: a request carrying an
+ * `Idempotency-Key` could not be fingerprinted.
+ */
+function bodyBytesUnknown(req: Request): boolean {
+  return (
+    req.headers[IDEMPOTENCY_HEADER] !== undefined &&
+    (req as { _body?: boolean })._body === true &&
+    req.rawBody === undefined
+  );
+}
+
 export function tollgate<S extends Scopes>(
   options: TollgateOptions<S>,
 ): Tollgate<keyof S & string> {
@@ -157,6 +173,12 @@ export function tollgate<S extends Scopes>(
     for (const [name, value] of decision.headers) res.append(name, value);
     if (decision.allowed) {
       req.auth = decision.auth;
+      const step = decision.idempotency;
+      if (step?.kind === 'replay') {
+        replayAnswer(res, step.answer, next);
+        return;
+      }
+      if (step?.kind === 'claimed') recordAnswer(res, step.claim);
       next();
     } else {
       next(decision.error);
@@ -197,6 +219,15 @@ export function tollgate<S extends Scopes>(
         );
       };
       if (readBody === undefined || (req as { _body?: boolean })._body === true) {
+        if (compiled.idempotency !== undefined && bodyBytesUnknown(req)) {
+          next(
+            new MisconfigurationError(
+              'idempotency_without_raw_body',
+              'protect({ idempotency }) needs the body as received: let protect() read it, or keep its bytes as req.rawBody',
+            ),
+          );
+          return;
+        }
         decide();
         return;
       }
@@ -210,8 +241,15 @@ export function tollgate<S extends Scopes>(
     checkOptions(protectCall(spec), spec, protectChecks);
     const { body, ...policy } = spec;
     const compiled = gate.policy(policy);
+    if (compiled.idempotency !== undefined && body === false) {
+      throw new ConfigurationError(
+        `${protectCall(spec)} body: false leaves no body bytes to fingerprint an Idempotency-Key's request with`,
+      );
+    }
     const wantsBody =
-      body === true || typeof body === 'object' || (body === undefined && compiled.readsBody);
+      body === true ||
+      typeof body === 'object' ||
+      (body === undefined && (compiled.readsBody || compiled.idempotency !== undefined));
     return guarded(
       compiled,
       wantsBody ? jsonBody(typeof body === 'object' ? body : {}) : undefined,
@@ -265,8 +303,14 @@ export function tollgate<S extends Scopes>(
     return cors({
       origin: '*',
       methods: [...(corsOptions.methods ?? ['GET', 'POST'])],
-      allowedHeaders: ['Content-Type', publicKeyHeader],
-      exposedHeaders: ['RateLimit', 'RateLimit-Policy', 'Retry-After', 'X-Request-Id'],
+      allowedHeaders: ['Content-Type', publicKeyHeader, IDEMPOTENCY_HEADER],
+      exposedHeaders: [
+        'RateLimit',
+        'RateLimit-Policy',
+        'Retry-After',
+        'X-Request-Id',
+        REPLAYED_HEADER,
+      ],
       maxAge: 600,
     });
   };
