@@ -37,13 +37,17 @@ export class IdempotencySeal {
       .digest('base64url');
   }
 
-  /** The fingerprint of a request: 43 base64url characters. */
+  /**
+   * The fingerprint of a request: 43 base64url characters. A trailing slash does not count: a
+   * route answers with or without it.
+   */
   fingerprint(method: string, path: string, body: Buffer | undefined): string {
+    const routed = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
     const bodyDigest = createHash('sha256')
       .update(body ?? EMPTY)
       .digest();
     return createHmac('sha256', this.nameKey)
-      .update(`request\0${method}\0${path}\0`, 'utf8')
+      .update(`request\0${method}\0${routed}\0`, 'utf8')
       .update(bodyDigest)
       .digest('base64url');
   }

@@ -528,7 +528,7 @@ describe('the messages a new user meets', () => {
 
   it('protect() with no argument says an options object is expected, not a TypeError', () => {
     expect(() => gate.protect(undefined as never)).toThrow(
-      /^protect\(\): expected an options object \{ accept, role, permission, limit, publishableLimit, ipWhitelist, id, body \} with at least accept, limit; got nothing$/,
+      /^protect\(\): expected an options object \{ accept, role, permission, limit, publishableLimit, ipWhitelist, id, idempotency, body \} with at least accept, limit; got nothing$/,
     );
   });
 
