@@ -54,7 +54,10 @@ export function recordAnswer(res: Response, claim: IdempotencyClaim): void {
         : size > claim.maxAnswerBytes
           ? claim.tooLarge(res.statusCode)
           : claim.complete(answerOf(res, recorder.error, chunks));
-    void settled.then(() => end(...args));
+    const finish = (): void => {
+      end(...args);
+    };
+    void settled.then(finish, finish);
     return res;
   } as Response['end'];
 }
