@@ -18,7 +18,7 @@ export {
   type ShadowOptions,
   type IdempotencyPass,
 } from '../core/gate';
-export type { IdempotencyClaim } from '../core/idempotency';
+export type { IdempotencyClaim, IdempotencyStep } from '../core/idempotency';
 export type { StoredAnswer } from '../idempotency/answer';
 export { IDEMPOTENCY_HEADER, REPLAYED_HEADER } from '../idempotency/key';
 export type { RequestFacts } from '../core/facts';
