@@ -153,6 +153,7 @@ describe('/readyz against a real upstream process, on both listeners', () => {
           keys: { status: 'ready' },
           upstream: { status: 'up', checked_at: expect.any(String) as unknown },
           rate_limits: { status: 'memory' },
+          idempotency: { status: 'memory' },
         },
         warnings: [],
       });
@@ -262,8 +263,10 @@ describe('/readyz and the key store and Redis', () => {
     const result = await readyz(app);
     expect(result.status).toBe(200);
     expect(result.body.checks?.rate_limits).toEqual({ status: 'degraded', reason: 'ECONNREFUSED' });
+    expect(result.body.checks?.idempotency).toEqual({ status: 'degraded' });
     expect(result.body.warnings).toEqual([
       'rate limits: Redis unusable (ECONNREFUSED); counted in process memory',
+      'idempotency keys: Redis unusable; requests carrying an Idempotency-Key are refused 503, requests without one are served',
     ]);
     expect((await readyz(app, '/healthz')).body).toEqual({
       status: 'ok',
