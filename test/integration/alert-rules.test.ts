@@ -1,5 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { IDEMPOTENT_PATHS } from '../../gateway/routes';
+import { IDEMPOTENCY_OUTCOMES } from '../../lib/internal';
 import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
 
 /**
@@ -150,9 +152,27 @@ describe('the Prometheus alert rules', () => {
     expect(new Set(leakLabels)).toEqual(new Set(['reason']));
   });
 
+  it('see the first keyed request refused 503 and the first answer not kept: served from 0', () => {
+    const idempotency = series.filter((sample) => sample.name === 'tollgate_idempotency_total');
+    // Every route that takes a key, by every outcome, at 0 before any keyed request.
+    expect(idempotency).toHaveLength(IDEMPOTENT_PATHS.length * IDEMPOTENCY_OUTCOMES.length);
+    for (const route of IDEMPOTENT_PATHS) {
+      for (const outcome of ['unavailable', 'not_stored']) {
+        const found = idempotency.find(
+          (sample) =>
+            sample.labels.get('route') === route && sample.labels.get('outcome') === outcome,
+        );
+        expect(found?.value).toBe(0);
+      }
+    }
+    // Labels from closed sets only: no account, key id or Idempotency-Key.
+    const labels = new Set(idempotency.flatMap((sample) => [...sample.labels.keys()]));
+    expect(labels).toEqual(new Set(['route', 'outcome']));
+  });
+
   it('are the alerts of the table in docs/operating.md, with the same severity and for', () => {
     const rules = rulesAlerts();
-    expect(rules.length).toBe(11);
+    expect(rules.length).toBe(13);
     expect(documentedAlerts()).toEqual(rules);
   });
 });
