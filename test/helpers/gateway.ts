@@ -2,7 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TokenService } from '../../lib/tokens/tokens';
 import type { LimiterRedis } from '../../lib/rate-limit/window';
-import { createApp, type GatewayApp } from '../../gateway/app';
+import { type AppOptions, createApp, type GatewayApp } from '../../gateway/app';
 import { createGatewayServer } from '../../gateway/http-server';
 import {
   DEFAULT_LIMITS,
@@ -37,6 +37,13 @@ export interface TestGatewayOptions {
   fixtures?: Fixtures;
   /** Rules in shadow mode. */
   shadow?: ShadowConfig;
+  /** Idempotency keys: the sealing secret (two gateways sharing Redis need the same), routes, bounds. */
+  idempotency?: AppOptions['idempotency'];
+  /**
+   * Where the gateway forwards to, instead of its own recording upstream (which is still started,
+   * and receives nothing): an upstream shared by two gateways, or a closed port.
+   */
+  upstreamUrl?: string;
 }
 
 export interface TestGateway {
@@ -83,7 +90,7 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
   const app = createApp({
     keyStore: fixtures.ring,
     tokens,
-    upstreamUrl: upstream.url,
+    upstreamUrl: options.upstreamUrl ?? upstream.url,
     logger: logs.logger,
     redis: options.redis,
     redisPrefix: options.redisPrefix,
@@ -93,6 +100,7 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
     publicKeyHeader: options.publicKeyHeader,
     expectedInstances: options.expectedInstances,
     shadow: options.shadow,
+    idempotency: options.idempotency,
   });
   const host = options.host ?? '127.0.0.1';
   // The server `npm start` runs (Host optional, JSON parser errors), on an ephemeral port.

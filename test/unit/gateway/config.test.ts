@@ -322,3 +322,77 @@ describe('loadConfig: tracing from the standard OTEL_* variables', () => {
     expect(configError(env).message.startsWith(`${variable} `)).toBe(true);
   });
 });
+
+describe('loadConfig: idempotency keys', () => {
+  /** The routes that take an Idempotency-Key, as the contract lists them (section 17). */
+  const IDEMPOTENT_ROUTES = [
+    '/api/v1/checkout/',
+    '/api/v1/payouts/',
+    '/api/v1/payouts/:id/approve/',
+    '/api/v1/otp/confirm/',
+    '/api/v1/chargebacks/',
+  ];
+
+  it('requires no key, keeps answers 24 hours and up to 64 KiB by default', () => {
+    expect(loadConfig({}).idempotency).toEqual({
+      required: [],
+      ttlSeconds: 86_400,
+      maxAnswerBytes: 65_536,
+    });
+  });
+
+  it('requires a key on every route that takes one with "all"', () => {
+    const { required } = loadConfig({ TOLLGATE_IDEMPOTENCY_REQUIRED: ' all ' }).idempotency;
+    expect([...required].sort()).toEqual([...IDEMPOTENT_ROUTES].sort());
+  });
+
+  it.each([
+    ['/api/v1/payouts/', ['/api/v1/payouts/']],
+    ['/api/v1/payouts', ['/api/v1/payouts/']],
+    [
+      '/api/v1/payouts/:id/approve, /api/v1/chargebacks/',
+      ['/api/v1/payouts/:id/approve/', '/api/v1/chargebacks/'],
+    ],
+    ['/api/v1/checkout,/api/v1/checkout/', ['/api/v1/checkout/']],
+  ])('reads TOLLGATE_IDEMPOTENCY_REQUIRED=%p as %p', (value, expected) => {
+    expect(loadConfig({ TOLLGATE_IDEMPOTENCY_REQUIRED: value }).idempotency.required).toEqual(
+      expected,
+    );
+  });
+
+  it.each([
+    '/api/v1/wallets/',
+    '/api/v1/payouts/,/api/v1/transactions/',
+    '/api/v1/payout/',
+    'payouts',
+    '/api/v1/payouts/,,/api/v1/chargebacks/',
+    'all,/api/v1/payouts/',
+  ])('refuses TOLLGATE_IDEMPOTENCY_REQUIRED=%p, naming the variable', (value) => {
+    const error = configError({ TOLLGATE_IDEMPOTENCY_REQUIRED: value });
+    expect(error.message).toMatch(/^TOLLGATE_IDEMPOTENCY_REQUIRED /);
+    expect(error.message).toContain('/api/v1/payouts/');
+  });
+
+  it.each([
+    ['TOLLGATE_IDEMPOTENCY_TTL_SECONDS', '60', 'ttlSeconds', 60],
+    ['TOLLGATE_IDEMPOTENCY_TTL_SECONDS', '604800', 'ttlSeconds', 604_800],
+    ['TOLLGATE_IDEMPOTENCY_MAX_ANSWER_BYTES', '1024', 'maxAnswerBytes', 1024],
+    ['TOLLGATE_IDEMPOTENCY_MAX_ANSWER_BYTES', '16777216', 'maxAnswerBytes', 16_777_216],
+  ] as const)('reads %s=%s', (variable, value, field, expected) => {
+    expect(loadConfig({ [variable]: value }).idempotency[field]).toBe(expected);
+  });
+
+  it.each([
+    ['TOLLGATE_IDEMPOTENCY_TTL_SECONDS', '59'],
+    ['TOLLGATE_IDEMPOTENCY_TTL_SECONDS', '604801'],
+    ['TOLLGATE_IDEMPOTENCY_TTL_SECONDS', '1h'],
+    ['TOLLGATE_IDEMPOTENCY_TTL_SECONDS', '-60'],
+    ['TOLLGATE_IDEMPOTENCY_MAX_ANSWER_BYTES', '1023'],
+    ['TOLLGATE_IDEMPOTENCY_MAX_ANSWER_BYTES', '16777217'],
+    ['TOLLGATE_IDEMPOTENCY_MAX_ANSWER_BYTES', '64k'],
+  ])('refuses %s=%s, naming the variable', (variable, value) => {
+    const error = configError({ [variable]: value });
+    expect(error.message).toMatch(new RegExp(`^${variable} `));
+    expect(error.message).toContain(JSON.stringify(value));
+  });
+});
