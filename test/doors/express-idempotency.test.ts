@@ -185,6 +185,22 @@ for (const major of MAJORS) {
         const n = count('head');
         res.json({ n });
       });
+      app.post('/encoded', optional, (_req, res) => {
+        count('encoded');
+        res.status(200).setHeader('Content-Type', 'application/octet-stream');
+        res.write('cGF5b3V0IA==', 'base64');
+        res.end('6f6b', 'hex');
+      });
+      app.post('/slow', optional, (_req, res) => {
+        count('slow');
+        setTimeout(() => {
+          res.status(201).json({ slow: true });
+        }, 300);
+      });
+      app.post('/large', optional, (_req, res) => {
+        count('large');
+        res.status(200).type('text/plain').send('x'.repeat(70_000));
+      });
       app.post('/throws', optional, () => {
         count('throws');
         throw new Error('handler failed');
@@ -316,6 +332,40 @@ for (const major of MAJORS) {
         'idempotency_key_reused',
       );
       expect(calls.head).toBe(1);
+    });
+
+    it('chunks written with their own encodings (base64, hex) are kept as the bytes sent', async () => {
+      const headers = as('level2', randomUUID());
+      const first = await call(port, { path: '/encoded', headers });
+      expect(first.text).toBe('payout ok');
+      expectReplayed(first, await call(port, { path: '/encoded', headers }));
+      expect(calls.encoded).toBe(1);
+    });
+
+    it('a retry while the first is being answered: 409 idempotency_key_in_use with Retry-After: 1, then the answer', async () => {
+      const headers = as('level2', randomUUID());
+      const pending = call(port, { path: '/slow', headers });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const early = await call(port, { path: '/slow', headers });
+      expectError(early, 409, 'idempotency_key_in_use');
+      expect(early.headers['retry-after']).toBe('1');
+      const first = await pending;
+      expect(first.status).toBe(201);
+      expectReplayed(first, await call(port, { path: '/slow', headers }));
+      expect(calls.slow).toBe(1);
+    });
+
+    it('an answer larger than maxAnswerBytes reaches the client whole; its retries are refused 409, naming its status', async () => {
+      const headers = as('level2', randomUUID());
+      const first = await call(port, { path: '/large', headers });
+      expect({ status: first.status, length: first.bytes.length }).toEqual({
+        status: 200,
+        length: 70_000,
+      });
+      const retry = await call(port, { path: '/large', headers });
+      const body = expectError(retry, 409, 'idempotency_key_in_use');
+      expect(String(body.message)).toContain('200');
+      expect(calls.large).toBe(1);
     });
 
     it('a handler that throws: 500 internal_error kept, replayed with the retry’s own request_id', async () => {
