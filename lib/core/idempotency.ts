@@ -169,7 +169,7 @@ export class IdempotencyRule {
     }
     if (typeof key !== 'string') return refuse('invalid', key);
     const name = `idem:{${auth.accountId}}:${this.seal.recordName(auth.accountId, key)}`;
-    const fingerprint = this.seal.fingerprint(facts.method, facts.path, facts.rawBody);
+    const fingerprint = this.seal.fingerprint(facts.method, routedPath(facts), facts.rawBody);
     const claim = CLAIM + randomBytes(TOKEN_LENGTH / 2).toString('hex') + fingerprint;
     let found: string | undefined;
     try {
@@ -262,6 +262,16 @@ export class IdempotencyRule {
       },
     };
   }
+}
+
+/**
+ * The request's path from the app's root: an Express request routed by a router mounted under a
+ * prefix holds it in two parts (`baseUrl`, then `path`), and two routers mounted at two prefixes
+ * must never share a fingerprint (a key used on one would be replayed the other's answer).
+ */
+function routedPath(facts: RequestFacts): string {
+  const base = (facts as { readonly baseUrl?: unknown }).baseUrl;
+  return typeof base === 'string' ? base + facts.path : facts.path;
 }
 
 function unavailable(error: unknown): IdempotencyUnavailableError {

@@ -121,6 +121,7 @@ const ENVOY_ALLOWED_HEADERS: ReadonlySet<string> = new Set([
   'traceparent',
   'tracestate',
   'x-service-public-api-key',
+  'idempotency-key',
   'origin',
   'sec-fetch-site',
   'sec-fetch-dest',

@@ -90,12 +90,18 @@ const { KeyRing, TokenService, tollgate } = require('tollgate');
 const gate = tollgate({
   keyStore: KeyRing.fromDocument(JSON.parse(process.env.KEYS_DOCUMENT)),
   tokens: new TokenService({ secret: 'package-test-token-secret-0123456789abcdef' }),
-  scopes: { orders: { limit: 2, per: 'account' } },
+  scopes: { orders: { limit: 2, per: 'account' }, payouts: { limit: 100, per: 'account' } },
+  idempotency: { secret: 'package-test-idempotency-secret-0123456789abcdef' },
 });
 const app = express();
 app.use(gate.context());
 app.get('/orders', gate.protect({ accept: ['secret'], role: 'level-2', limit: 'orders' }), (req, res) => {
   res.json({ account: req.auth.accountId, module: 'cjs' });
+});
+let payouts = 0;
+app.post('/payouts', gate.protect({ accept: ['secret'], role: 'level-2', limit: 'payouts', idempotency: 'required' }), (req, res) => {
+  payouts += 1;
+  res.status(201).json({ payout: payouts, amount: req.body.amount, module: 'cjs' });
 });
 app.use(gate.errorHandler());
 const server = app.listen(0, '127.0.0.1', () => console.log('PORT ' + server.address().port));
@@ -106,12 +112,18 @@ import { KeyRing, TokenService, tollgate } from 'tollgate';
 const gate = tollgate({
   keyStore: KeyRing.fromDocument(JSON.parse(process.env.KEYS_DOCUMENT)),
   tokens: new TokenService({ secret: 'package-test-token-secret-0123456789abcdef' }),
-  scopes: { orders: { limit: 2, per: 'account' } },
+  scopes: { orders: { limit: 2, per: 'account' }, payouts: { limit: 100, per: 'account' } },
+  idempotency: { secret: 'package-test-idempotency-secret-0123456789abcdef' },
 });
 const app = express();
 app.use(gate.context());
 app.get('/orders', gate.protect({ accept: ['secret'], role: 'level-2', limit: 'orders' }), (req, res) => {
   res.json({ account: req.auth.accountId, module: 'esm' });
+});
+let payouts = 0;
+app.post('/payouts', gate.protect({ accept: ['secret'], role: 'level-2', limit: 'payouts', idempotency: 'required' }), (req, res) => {
+  payouts += 1;
+  res.status(201).json({ payout: payouts, amount: req.body.amount, module: 'esm' });
 });
 app.use(gate.errorHandler());
 const server = app.listen(0, '127.0.0.1', () => console.log('PORT ' + server.address().port));
@@ -124,7 +136,8 @@ import { KeyRing, TokenService, tollgate } from 'tollgate';
 const gate = tollgate({
   keyStore: KeyRing.fromDocument(JSON.parse(process.env.KEYS_DOCUMENT ?? '{}')),
   tokens: new TokenService({ secret: 'package-test-token-secret-0123456789abcdef' }),
-  scopes: { orders: { limit: 2, per: 'account' } },
+  scopes: { orders: { limit: 2, per: 'account' }, payouts: { limit: 100, per: 'account' } },
+  idempotency: { secret: 'package-test-idempotency-secret-0123456789abcdef' },
 });
 const app = express();
 app.use(gate.context());
@@ -132,6 +145,16 @@ app.get('/orders', gate.protect({ accept: ['secret'], role: 'level-2', limit: 'o
   const account: string | undefined = req.auth?.accountId;
   res.json({ account, module: 'ts' });
 });
+let payouts = 0;
+app.post(
+  '/payouts',
+  gate.protect({ accept: ['secret'], role: 'level-2', limit: 'payouts', idempotency: 'required' }),
+  (req, res) => {
+    payouts += 1;
+    const amount: unknown = (req.body as { amount?: unknown }).amount;
+    res.status(201).json({ payout: payouts, amount, module: 'ts' });
+  },
+);
 app.use(gate.errorHandler());
 const server = app.listen(0, '127.0.0.1', () => {
   console.log('PORT ' + String((server.address() as AddressInfo).port));
@@ -252,6 +275,47 @@ function get(port: number, secret: string): Promise<Reply> {
       },
     );
     req.on('error', reject);
+  });
+}
+
+interface RawReply {
+  readonly status: number;
+  readonly headers: http.IncomingHttpHeaders;
+  readonly text: string;
+}
+
+/** POST /payouts with a JSON body and, when given, an Idempotency-Key. */
+function postPayout(
+  port: number,
+  secret: string,
+  body: string,
+  idempotencyKey?: string,
+): Promise<RawReply> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/payouts',
+        headers: {
+          Authorization: `Bearer ${secret}`,
+          'Content-Type': 'application/json',
+          'Content-Length': String(Buffer.byteLength(body)),
+          ...(idempotencyKey === undefined ? {} : { 'Idempotency-Key': idempotencyKey }),
+        },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (text += chunk));
+        res.on('end', () => {
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, text });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
   });
 }
 
@@ -517,6 +581,55 @@ describe('the packed kit, installed into fresh apps', () => {
       const third = await get(port, KEYS.level2.secret);
       expectErrorBody(third, 429, 'rate_limited');
       expect(Number(third.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+      expect(child.exitCode).toBeNull();
+    },
+  );
+
+  it.each(cases)(
+    '%s, %s: protect({ idempotency }) replays the first answer to a retry, the handler run once',
+    async (label, _kind, entry, module) => {
+      const dir = appDirs.get(label) ?? '';
+      const { child, port } = await startApp(dir, entry);
+      children.push(child);
+      const secret = KEYS.level2.secret;
+
+      const first = await postPayout(port, secret, '{"amount":42}', 'payout-0001');
+      expect({ status: first.status, text: first.text }).toEqual({
+        status: 201,
+        text: JSON.stringify({ payout: 1, amount: 42, module }),
+      });
+      expect(first.headers['idempotent-replayed']).toBeUndefined();
+      const retry = await postPayout(port, secret, '{"amount":42}', 'payout-0001');
+      expect({ status: retry.status, text: retry.text }).toEqual({
+        status: 201,
+        text: first.text,
+      });
+      expect(retry.headers['content-type']).toBe(first.headers['content-type']);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+
+      const reused = await postPayout(port, secret, '{"amount":43}', 'payout-0001');
+      expectErrorBody(
+        {
+          status: reused.status,
+          headers: reused.headers,
+          body: JSON.parse(reused.text) as Record<string, unknown>,
+        },
+        422,
+        'idempotency_key_reused',
+      );
+      const missing = await postPayout(port, secret, '{"amount":42}');
+      expectErrorBody(
+        {
+          status: missing.status,
+          headers: missing.headers,
+          body: JSON.parse(missing.text) as Record<string, unknown>,
+        },
+        400,
+        'idempotency_key_required',
+      );
+      // A new key is a new payout: the handler ran twice in all.
+      const next = await postPayout(port, secret, '{"amount":42}', 'payout-0002');
+      expect(JSON.parse(next.text)).toEqual({ payout: 2, amount: 42, module });
       expect(child.exitCode).toBeNull();
     },
   );

@@ -226,6 +226,76 @@ for (const proxy of PROXIES) {
       expect(limited.headers.ratelimit).toMatch(/^"checkout-create"; r=0; t=\d+$/);
       expect(gateway.upstream.requests).toHaveLength(30);
     });
+
+    it('forwards a payout with an Idempotency-Key once; its retry answers 409 with the JSON body', async () => {
+      const key = gateway.fixtures.keys.level2;
+      const idempotencyKey = `payout-${proxy}-${String(Date.now())}`;
+      const payout = {
+        method: 'POST',
+        path: '/api/v1/payouts/',
+        headers: { ...bearer(key.secretKey), 'idempotency-key': idempotencyKey },
+        json: { amount: 125, currency: 'EUR' },
+      };
+      const first = await send(payout);
+      expectForwarded(first, {
+        method: 'POST',
+        url: '/api/v1/payouts/',
+        key,
+        credential: 'secret',
+        body: '{"amount":125,"currency":"EUR"}',
+      });
+      // The header reaches the payments service as the client sent it.
+      expect(gateway.upstream.requests[0]?.headers['idempotency-key']).toBe(idempotencyKey);
+
+      for (let retry = 0; retry < 2; retry++) {
+        const again = await send(payout);
+        const body = expectErrorBody(again, { status: 409, code: 'idempotency_key_in_use' });
+        expect(body.request_id).toBe(again.headers['x-request-id']);
+        expect(again.headers['cache-control']).toBe('no-store');
+        expect(again.headers['x-gateway-account-id']).toBeUndefined();
+      }
+      // The same key on another route: 422, forwarded neither.
+      const reused = await send({
+        ...payout,
+        path: '/api/v1/chargebacks/',
+      });
+      expectErrorBody(reused, { status: 422, code: 'idempotency_key_reused' });
+      expect(gateway.upstream.requests).toHaveLength(1);
+
+      // A malformed key: 400, nothing forwarded, nothing claimed.
+      const malformed = await send({
+        ...payout,
+        headers: { ...bearer(key.secretKey), 'idempotency-key': 'a b' },
+      });
+      expectErrorBody(malformed, { status: 400, code: 'idempotency_key_invalid' });
+      expect(gateway.upstream.requests).toHaveLength(1);
+    });
+
+    it('claims no key for a payout refused by its role: the right key then goes through', async () => {
+      const idempotencyKey = `refused-${proxy}-${String(Date.now())}`;
+      const refused = await send({
+        method: 'POST',
+        path: '/api/v1/payouts/',
+        headers: {
+          ...bearer(gateway.fixtures.keys.level1.secretKey),
+          'idempotency-key': idempotencyKey,
+        },
+      });
+      expectErrorBody(refused, { status: 403, code: 'insufficient_role' });
+      expect(gateway.upstream.requests).toEqual([]);
+      const key = gateway.fixtures.keys.level2;
+      const allowed = await send({
+        method: 'POST',
+        path: '/api/v1/payouts/',
+        headers: { ...bearer(key.secretKey), 'idempotency-key': idempotencyKey },
+      });
+      expectForwarded(allowed, {
+        method: 'POST',
+        url: '/api/v1/payouts/',
+        key,
+        credential: 'secret',
+      });
+    });
   });
 
   describeWithProxy(proxy)(`${proxy} from deploy/ when the gateway is down`, () => {
