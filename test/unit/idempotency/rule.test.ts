@@ -274,6 +274,31 @@ describe('IdempotencyRule', () => {
     expect(outcomes()).toEqual(['claimed', 'unavailable']);
   });
 
+  it('never replays nor forwards again a key stored under another secret: 409, unknown outcome', async () => {
+    // Contract section 17: an answer that fails to open (the secret changed) is an unknown outcome.
+    const store = new MemoryIdempotencyStore();
+    const before = subject(store, SECRET);
+    await claimOf(await before.check(facts('answered'))).complete(ANSWER);
+    await claimOf(await before.check(facts('too-large'))).tooLarge(201);
+    claimOf(await before.check(facts('in-flight')));
+    const after = subject(store, `${SECRET} rotated`);
+    for (const key of ['answered', 'too-large', 'in-flight']) {
+      const error = refusalOf(await after.check(facts(key)));
+      expect({ key, status: error.status, code: error.code }).toEqual({
+        key,
+        status: 409,
+        code: 'idempotency_key_in_use',
+      });
+      // Another request with the key: still never forwarded.
+      const other = refusalOf(await after.check(facts(key, { body: '{"amount":1}' })));
+      expect({ key, status: other.status }).toEqual({ key, status: 409 });
+    }
+    expect(after.outcomes()).toEqual(['in_use', 'in_use', 'in_use', 'in_use', 'in_use', 'in_use']);
+    // An instance still on the old secret replays it, and keys new to the store are claimed.
+    expect(replayOf(await before.check(facts('answered')))).toEqual(ANSWER);
+    claimOf(await after.check(facts('new-key')));
+  });
+
   it('refuses 409 a record it cannot open, and forwards nothing', async () => {
     // A store that hands back a damaged answer under the right name and fingerprint.
     const memory = new MemoryIdempotencyStore();

@@ -124,6 +124,15 @@ describe('IdempotencySeal', () => {
     expect(seal.recordName('acct_1', `${key}0`)).not.toBe(name);
     // The separator keeps account and key apart.
     expect(seal.recordName('acct_1a', 'b')).not.toBe(seal.recordName('acct_1', 'ab'));
-    expect(new IdempotencySeal(`${SECRET}!`).recordName('acct_1', key)).not.toBe(name);
+    // Whatever the secret: after it changes, a retry still finds its key's record.
+    expect(new IdempotencySeal(`${SECRET}!`).recordName('acct_1', key)).toBe(name);
+  });
+
+  it('tags the secret: the same tag under the same secret only', () => {
+    expect(seal.secretTag).toMatch(/^[A-Za-z0-9_-]{8}$/);
+    expect(new IdempotencySeal(SECRET).secretTag).toBe(seal.secretTag);
+    expect(new IdempotencySeal(Buffer.from(SECRET, 'utf8')).secretTag).toBe(seal.secretTag);
+    expect(new IdempotencySeal(`${SECRET}!`).secretTag).not.toBe(seal.secretTag);
+    expect(SECRET).not.toContain(seal.secretTag);
   });
 });
