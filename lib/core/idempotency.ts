@@ -8,7 +8,7 @@ import {
 } from '../errors';
 import { decodeAnswer, encodeAnswer, type StoredAnswer } from '../idempotency/answer';
 import { IDEMPOTENCY_HEADER, idempotencyKeyOf } from '../idempotency/key';
-import { IdempotencySeal } from '../idempotency/seal';
+import { IdempotencySeal, SECRET_TAG_LENGTH } from '../idempotency/seal';
 import {
   type IdempotencyStore,
   IdempotencyStoreError,
@@ -119,9 +119,12 @@ export interface IdempotencyRuleOptions {
 const CLAIM = 'c';
 const ANSWERED = 'a';
 const TOO_LARGE = 't';
-/** A claim's token (16 hex) and a fingerprint (43 base64url) after the kind. */
+/**
+ * A claim's token (16 hex) and a fingerprint after the kind: the secret's tag (8 base64url), then
+ * the request's (43 base64url).
+ */
 const TOKEN_LENGTH = 16;
-const FINGERPRINT_LENGTH = 43;
+const FINGERPRINT_LENGTH = SECRET_TAG_LENGTH + 43;
 
 export class IdempotencyRule {
   private readonly seal: IdempotencySeal;
@@ -169,7 +172,8 @@ export class IdempotencyRule {
     }
     if (typeof key !== 'string') return refuse('invalid', key);
     const name = `idem:{${auth.accountId}}:${this.seal.recordName(auth.accountId, key)}`;
-    const fingerprint = this.seal.fingerprint(facts.method, routedPath(facts), facts.rawBody);
+    const fingerprint =
+      this.seal.secretTag + this.seal.fingerprint(facts.method, routedPath(facts), facts.rawBody);
     const claim = CLAIM + randomBytes(TOKEN_LENGTH / 2).toString('hex') + fingerprint;
     let found: string | undefined;
     try {
@@ -183,7 +187,13 @@ export class IdempotencyRule {
     }
     const kind = found.charAt(0);
     const start = kind === CLAIM ? 1 + TOKEN_LENGTH : 1;
-    if (found.slice(start, start + FINGERPRINT_LENGTH) !== fingerprint) {
+    const foundFingerprint = found.slice(start, start + FINGERPRINT_LENGTH);
+    if (foundFingerprint !== fingerprint) {
+      // Written under another secret (it changed): whether this is the same request cannot be
+      // told, and the outcome is unknown, so nothing is replayed and nothing is forwarded again.
+      if (!foundFingerprint.startsWith(this.seal.secretTag)) {
+        return refuse('in_use', unknownOutcome());
+      }
       return refuse('reused', new IdempotencyKeyReusedError());
     }
     const rest = found.slice(start + FINGERPRINT_LENGTH);

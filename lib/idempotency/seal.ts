@@ -9,15 +9,22 @@ import {
 
 /**
  * What the idempotency store holds is unreadable without the secret: a key's record is named by
- * an HMAC of the account and the key, a request's fingerprint is an HMAC of its method, routed path
- * and body digest (a guessable body cannot be confirmed from it), and a stored answer is sealed
- * with AES-256-GCM. Both keys are derived (HKDF-SHA-256) from one secret, the token secret in the
- * gateway. The sealed bytes are bound to the record's name and fingerprint, so an answer copied to
- * another account's or another request's record fails to open and is never replayed.
+ * a SHA-256 digest of the account and the key, a request's fingerprint is an HMAC of its method,
+ * routed path and body digest (a guessable body cannot be confirmed from it), and a stored answer
+ * is sealed with AES-256-GCM. Both keys are derived (HKDF-SHA-256) from one secret, the token
+ * secret in the gateway. The sealed bytes are bound to the record's name and fingerprint, so an
+ * answer copied to another account's or another request's record fails to open and is never
+ * replayed.
+ *
+ * A record's name does not depend on the secret: after the secret changes, a retry still finds
+ * its key's record, whose outcome is then unknown (never replayed, never forwarded again). Records
+ * carry the secret's tag, so that the rule tells a record written under another secret from a
+ * key reused with another request.
  */
 
 const SALT = Buffer.from('tollgate idempotency', 'utf8');
 const IV_BYTES = 12;
+export const SECRET_TAG_LENGTH = 8;
 const TAG_BYTES = 16;
 
 export class IdempotencySeal {
@@ -28,13 +35,18 @@ export class IdempotencySeal {
     const material = typeof secret === 'string' ? Buffer.from(secret, 'utf8') : secret;
     this.sealKey = Buffer.from(hkdfSync('sha256', material, SALT, 'answers', 32));
     this.nameKey = Buffer.from(hkdfSync('sha256', material, SALT, 'names', 32));
+    this.secretTag = createHmac('sha256', this.nameKey)
+      .update('secret tag', 'utf8')
+      .digest('base64url')
+      .slice(0, SECRET_TAG_LENGTH);
   }
 
-  /** A record's name: 43 base64url characters, one per account and key. */
+  /** A short tag of the secret (8 base64url characters), the same under the same secret. */
+  readonly secretTag: string;
+
+  /** A record's name: 43 base64url characters, one per account and key, whatever the secret. */
   recordName(accountId: string, key: string): string {
-    return createHmac('sha256', this.nameKey)
-      .update(`key\0${accountId}\0${key}`, 'utf8')
-      .digest('base64url');
+    return createHash('sha256').update(`key\0${accountId}\0${key}`, 'utf8').digest('base64url');
   }
 
   /**
