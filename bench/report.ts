@@ -128,13 +128,20 @@ function cpuCell(round: Round): string {
  * Per-round figures of both builds, the per-round ratios this build / baseline, and their medians
  * (the median of the per-round ratios: each ratio compares two runs made next to each other).
  */
-export function formatComparisons(comparisons: readonly Comparison[]): string[] {
+export function formatComparisons(
+  comparisons: readonly Comparison[],
+  labels: { readonly current: string; readonly baseline: string } = {
+    current: 'this',
+    baseline: 'baseline',
+  },
+): string[] {
+  const per = `${labels.current} / ${labels.baseline}`;
   const figures = [
     '| case | round | build | requests/s | p50 (ms) | p99 (ms) | answers | unexpected | socket errors |',
     '|---|---:|---|---:|---:|---:|---|---:|---:|',
   ];
   const ratios = [
-    '| case | round (order) | requests/s this / baseline | p50 this / baseline | p99 this / baseline | gateway CPU per answer this / baseline |',
+    `| case | round (order) | requests/s ${per} | p50 ${per} | p99 ${per} | gateway CPU per answer ${per} |`,
     '|---|---|---:|---:|---:|---:|',
   ];
   const medians: string[] = [];
@@ -143,8 +150,8 @@ export function formatComparisons(comparisons: readonly Comparison[]): string[] 
     for (const round of rounds) {
       const order =
         round.order !== 'baseline first'
-          ? [['this', round.current] as const, ['baseline', round.baseline] as const]
-          : [['baseline', round.baseline] as const, ['this', round.current] as const];
+          ? [[labels.current, round.current] as const, [labels.baseline, round.baseline] as const]
+          : [[labels.baseline, round.baseline] as const, [labels.current, round.current] as const];
       for (const [build, row] of order) {
         figures.push(`| ${name} | ${round.round} | ${build} | ${measuredCells(row)} |`);
         if (row.note !== undefined) {
@@ -159,7 +166,7 @@ export function formatComparisons(comparisons: readonly Comparison[]): string[] 
     }
     const all = rounds.map(ratiosOf);
     medians.push(
-      `- ${name}: median this / baseline over ${rounds.length} round(s): ` +
+      `- ${name}: median ${per} over ${rounds.length} round(s): ` +
         `throughput ${times(median(all.map((r) => r.throughput)))}, ` +
         `p50 ${times(median(all.map((r) => r.p50)))}, p99 ${times(median(all.map((r) => r.p99)))}, ` +
         `gateway CPU per answer ${times(median(all.map((r) => r.cpu)))}`,

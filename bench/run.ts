@@ -41,6 +41,13 @@ import { addressNumber, sendFromDistinctIps } from './distinct-ips';
 import { attributeToPauses, describeAttribution, type GcAttribution } from './gc-attribution';
 import { type PacedResult, runPaced } from './paced';
 import { commandCounts, commandsBetween } from './redis-stats';
+import {
+  countKeyedCommands,
+  PAYOUT_BODY,
+  PAYOUTS_PATH,
+  payoutCheck,
+  primeReplays,
+} from './idempotency';
 import { formatTargets, ratioTarget, type Target } from './targets';
 import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
 
@@ -140,6 +147,7 @@ const GROUPS = [
   'latency',
   'wrong-credential',
   'rss',
+  'idempotency',
 ] as const;
 type Group = (typeof GROUPS)[number];
 
@@ -246,7 +254,7 @@ function makeAccounts(count: number): BenchAccount[] {
   }));
 }
 
-function keysDocument(accounts: readonly BenchAccount[]): unknown {
+function keysDocument(accounts: readonly BenchAccount[], role = 'level-1'): unknown {
   return {
     accounts: accounts.map((account) => ({
       id: account.accountId,
@@ -256,7 +264,7 @@ function keysDocument(accounts: readonly BenchAccount[]): unknown {
           id: account.keyId,
           publishableKey: account.publishableKey,
           secretKeySha256: sha256(account.secretKey).toString('hex'),
-          role: 'level-1',
+          role,
         },
       ],
     })),
@@ -303,6 +311,10 @@ interface MeasureOptions {
 class Bench {
   readonly rows: Row[] = [];
   readonly comparisons: Comparison[] = [];
+  /** With an Idempotency-Key (current) against without (baseline), the same build. */
+  readonly keyComparisons: Comparison[] = [];
+  /** The Redis commands of each kind of keyed request, counted one request at a time. */
+  readonly keyedCommands: string[] = [];
   readonly memory: Memory[] = [];
   /** The side-by-side rounds of the target ratios: each round's results, and all their rows. */
   readonly rounds: ReadonlyMap<RoundCase, WrkResult>[] = [];
@@ -598,6 +610,8 @@ const TARGETS = {
   redis: '(c) gateway, Redis limits',
   wrongLeft: '(e) gateway, wrong key, budget left',
   wrongSpent: '(f) gateway, wrong key, budget spent',
+  payoutsMemory: `(k) gateway, in-memory limits, POST ${PAYOUTS_PATH}`,
+  payoutsRedis: `(k) gateway, Redis limits, POST ${PAYOUTS_PATH}`,
 } as const;
 
 const WRONG_KEY = 'unknown secret key';
@@ -1017,6 +1031,28 @@ async function main(): Promise<void> {
       FORWARD_AUTH_PATH,
       secretHeaders.map((headers) => ({ ...headers, ...FORWARD_AUTH_HEADERS })),
     );
+    // The idempotency cases: the same accounts with level-2 keys (POST payouts needs level-2).
+    const payoutKeysFile = path.join(dir, 'keys-level-2.json');
+    const payoutScripts = {
+      noKey: path.join(dir, 'payouts.lua'),
+      unique: path.join(dir, 'payouts-unique-keys.lua'),
+      replay: path.join(dir, 'payouts-replays.lua'),
+    };
+    if (groups.has('idempotency')) {
+      writeFileSync(payoutKeysFile, JSON.stringify(keysDocument(accounts, 'level-2')), {
+        mode: 0o600,
+      });
+      const post = { method: 'POST', body: PAYOUT_BODY, countStatuses: true } as const;
+      writeRotatingScript(payoutScripts.noKey, PAYOUTS_PATH, secretHeaders, post);
+      writeRotatingScript(payoutScripts.unique, PAYOUTS_PATH, secretHeaders, {
+        ...post,
+        idempotencyKeys: 'unique',
+      });
+      writeRotatingScript(payoutScripts.replay, PAYOUTS_PATH, secretHeaders, {
+        ...post,
+        idempotencyKeys: 'per-set',
+      });
+    }
     const first = accounts[0];
     const wrongKey = wrongKeys[0];
     if (first === undefined || wrongKey === undefined) throw new Error('no accounts');
@@ -1029,6 +1065,24 @@ async function main(): Promise<void> {
       HOST: '127.0.0.1',
     });
     await waitUntil(upstream, `${upstreamUrl}/`, (reply) => reply.status > 0);
+    // The payouts' upstream answers 201 and keeps nothing; the held one holds each answer 1 s.
+    let payoutUpstreamUrl = upstreamUrl;
+    let heldUpstreamUrl = upstreamUrl;
+    if (groups.has('idempotency')) {
+      for (const [name, delay] of [
+        ['sink upstream (payouts)', '0'],
+        ['sink upstream, held 1 s', '1000'],
+      ] as const) {
+        const port = await freePort();
+        const sink = bench.node(name, 'bench/sink-upstream.js', {
+          PORT: String(port),
+          SINK_DELAY_MS: delay,
+        });
+        await waitUntil(sink, `http://127.0.0.1:${port}/`, (reply) => reply.status > 0);
+        if (delay === '0') payoutUpstreamUrl = `http://127.0.0.1:${port}`;
+        else heldUpstreamUrl = `http://127.0.0.1:${port}`;
+      }
+    }
 
     const gatewayEnv = {
       HOST: '127.0.0.1',
@@ -1104,7 +1158,14 @@ async function main(): Promise<void> {
       await gateway.stop();
     }
 
-    const redisGroups: readonly Group[] = ['redis', 'naive', 'forward-auth', 'latency', 'rss'];
+    const redisGroups: readonly Group[] = [
+      'redis',
+      'naive',
+      'forward-auth',
+      'latency',
+      'rss',
+      'idempotency',
+    ];
     const redis = redisGroups.some((group) => groups.has(group))
       ? await obtainRedis(bench)
       : undefined;
@@ -1400,6 +1461,84 @@ async function main(): Promise<void> {
       prepare: (url) => spendBudget(url, wrongKey, DEFAULT_AUTH_FAILURE_LIMIT),
       options: { expected: BUDGET_SPENT },
     };
+    const payoutEnv = {
+      TOLLGATE_KEYS_FILE: payoutKeysFile,
+      TOLLGATE_UPSTREAM_URL: payoutUpstreamUrl,
+    };
+    const payoutCase = (
+      name: string,
+      credential: string,
+      script: string,
+      redis: boolean,
+    ): GatewayCase => ({
+      name,
+      target: redis ? TARGETS.payoutsRedis : TARGETS.payoutsMemory,
+      credential,
+      env: payoutEnv,
+      script,
+      prepare: async (url) => {
+        await payoutCheck(url, first.secretKey);
+        if (script === payoutScripts.replay) {
+          await primeReplays(
+            url,
+            accounts.map((account) => account.secretKey),
+          );
+        }
+      },
+      options: redis ? counted : { expected: SUCCESS },
+      redis,
+    });
+    const payoutsMemoryCase = payoutCase(
+      '(k) POST payouts, no key, memory',
+      'secret key, no Idempotency-Key',
+      payoutScripts.noKey,
+      false,
+    );
+    const payoutsRedisCase = payoutCase(
+      '(k) POST payouts, no key, Redis',
+      'secret key, no Idempotency-Key',
+      payoutScripts.noKey,
+      true,
+    );
+    /** Keyed payouts, each measured side by side with the same build's payouts without a key. */
+    const keyedCases: readonly [GatewayCase, GatewayCase][] = [
+      [
+        payoutCase(
+          '(k) first uses (a new key each request), memory',
+          'secret key, a new Idempotency-Key each request',
+          payoutScripts.unique,
+          false,
+        ),
+        payoutsMemoryCase,
+      ],
+      [
+        payoutCase(
+          '(k) replays (one key per account), memory',
+          'secret key, replayed Idempotency-Key',
+          payoutScripts.replay,
+          false,
+        ),
+        payoutsMemoryCase,
+      ],
+      [
+        payoutCase(
+          '(k) first uses (a new key each request), Redis',
+          'secret key, a new Idempotency-Key each request',
+          payoutScripts.unique,
+          true,
+        ),
+        payoutsRedisCase,
+      ],
+      [
+        payoutCase(
+          '(k) replays (one key per account), Redis',
+          'secret key, replayed Idempotency-Key',
+          payoutScripts.replay,
+          true,
+        ),
+        payoutsRedisCase,
+      ],
+    ];
     /** A case's gateway of `build`, started and prepared; the caller stops it. */
     const startCase = async (
       gatewayCase: GatewayCase,
@@ -1453,19 +1592,21 @@ async function main(): Promise<void> {
       gatewayCase: GatewayCase,
       other: Build,
       round: number,
+      otherCase: GatewayCase = gatewayCase,
     ): Promise<{ mine: Row; theirs: Row }> => {
       const mine = await startCase(gatewayCase, current);
-      const theirs = await startCase(gatewayCase, other).catch(async (error: unknown) => {
+      const theirs = await startCase(otherCase, other).catch(async (error: unknown) => {
         await mine.gateway.stop();
         throw error;
       });
       const { redisPort: _counted, ...options } = gatewayCase.options;
+      const { redisPort: _alsoCounted, ...otherOptions } = otherCase.options;
       const context = (build: Build): string =>
         `${build.label} build, both at once, round ${round} of ${settings.rounds}`;
       try {
         const [mineRow, theirsRow] = await Promise.all([
           measureCase(gatewayCase, mine, settings.roundSeconds, context(current), options),
-          measureCase(gatewayCase, theirs, settings.roundSeconds, context(other), options),
+          measureCase(otherCase, theirs, settings.roundSeconds, context(other), otherOptions),
         ]);
         return { mine: mineRow, theirs: theirsRow };
       } finally {
@@ -1486,6 +1627,8 @@ async function main(): Promise<void> {
         ...(groups.has('memory') ? [secretKeyCase] : []),
         ...(redis !== undefined && groups.has('redis') ? [redisSecretKeyCase] : []),
         ...(groups.has('wrong-credential') ? [wrongLeftCase, wrongSpentCase] : []),
+        ...(groups.has('idempotency') ? [payoutsMemoryCase] : []),
+        ...(redis !== undefined && groups.has('idempotency') ? [payoutsRedisCase] : []),
       ];
       for (const gatewayCase of compared) {
         const rounds: Round[] = [];
@@ -1516,6 +1659,37 @@ async function main(): Promise<void> {
           rounds.push({ round, order, current: mine, baseline: theirs });
         }
         bench.comparisons.push({ name: gatewayCase.name, rounds });
+      }
+    }
+
+    if (groups.has('idempotency')) {
+      // The Redis commands of each kind of keyed request, one at a time, then under load.
+      if (redis !== undefined) {
+        const held = await startGateway(
+          `${TARGETS.payoutsRedis}, upstream held 1 s`,
+          { ...payoutEnv, TOLLGATE_UPSTREAM_URL: heldUpstreamUrl, ...withRedis() },
+          'shared',
+        );
+        if (redisPort !== undefined) {
+          bench.keyedCommands.push(
+            ...(await countKeyedCommands(held.url, first.secretKey, redisPort, 1000)),
+          );
+        }
+        await held.gateway.stop();
+        bench.rows.push(await runCase(payoutsRedisCase, current));
+        for (const [keyed] of keyedCases) {
+          if (keyed.redis === true) bench.rows.push(await runCase(keyed, current));
+        }
+      }
+      // With a key against without, the same build, both gateways under load at once.
+      for (const [keyed, unkeyed] of keyedCases) {
+        if (keyed.redis === true && redis === undefined) continue;
+        const rounds: Round[] = [];
+        for (let round = 1; round <= settings.rounds; round++) {
+          const { mine, theirs } = await runConcurrently(keyed, current, round, unkeyed);
+          rounds.push({ round, order: 'at once', current: mine, baseline: theirs });
+        }
+        bench.keyComparisons.push({ name: keyed.name, rounds });
       }
     }
 
@@ -1635,6 +1809,20 @@ async function main(): Promise<void> {
         : `- ${settings.rounds} round(s) per case; in each, each build in a fresh gateway process: ${settings.warmupSeconds}s warm-up, then ${settings.roundSeconds}s measured; which build goes first swaps every round`,
       '',
       ...formatComparisons(bench.comparisons),
+      '',
+    );
+  }
+  if (bench.keyComparisons.length > 0 || bench.keyedCommands.length > 0) {
+    out.push(
+      `### Idempotency-Key: POST ${PAYOUTS_PATH}, with a key / without, side by side (this build)`,
+      '',
+      `- level-2 secret keys of the same accounts; the sink upstream (201 {}, nothing kept); ${settings.rounds} round(s) per case, in each both gateways of this build under load at the same time, one with the keyed script and one without a key: ${settings.warmupSeconds}s warm-up, then ${settings.roundSeconds}s measured`,
+      '',
+      '#### Redis commands per keyed request, one request at a time (INFO commandstats)',
+      '',
+      ...bench.keyedCommands,
+      '',
+      ...formatComparisons(bench.keyComparisons, { current: 'key', baseline: 'no key' }),
       '',
     );
   }

@@ -35,9 +35,20 @@ export interface WrkResult {
 export interface RotatingScriptOptions {
   /** Count responses per status code (see `WrkResult.statuses`). Off by default. */
   readonly countStatuses?: boolean;
+  /** The method; `GET` by default. */
+  readonly method?: string;
+  /** The body sent with every request (with `Content-Type: application/json`); none by default. */
+  readonly body?: string;
+  /**
+   * An `Idempotency-Key` on every request: `unique`, a new key for each request (every request a
+   * first use; keys carry the wrk run's start time, so a warm-up's keys are never met again);
+   * `per-set`, one fixed key per header set (after a set's first request, every one is a replay).
+   * None by default.
+   */
+  readonly idempotencyKeys?: 'unique' | 'per-set';
 }
 
-/** Writes a wrk script that sends `GET path` with each header set in turn. */
+/** Writes a wrk script that sends `GET path` (or `options.method`) with each header set in turn. */
 export function writeRotatingScript(
   file: string,
   path: string,
@@ -50,7 +61,38 @@ export function writeRotatingScript(
     }
     return `"${value}"`;
   };
-  const sets = headerSets.map(
+  const method = options.method ?? 'GET';
+  const withBody = (headers: Readonly<Record<string, string>>): Readonly<Record<string, string>> =>
+    options.body === undefined ? headers : { ...headers, 'Content-Type': 'application/json' };
+  const keyed = headerSets.map((headers, index) =>
+    options.idempotencyKeys === 'per-set'
+      ? { ...withBody(headers), 'Idempotency-Key': `bench-replay-${index}` }
+      : withBody(headers),
+  );
+  // A Lua long string: the body's quotes need no escaping.
+  if (options.body?.includes(']==]') === true || /[\r\n]/.test(options.body ?? '')) {
+    throw new Error('cannot put this body in a Lua long string');
+  }
+  const body = options.body === undefined ? 'nil' : `[==[${options.body}]==]`;
+  // `unique`: the request is built each time, its key from the run's start and a counter.
+  const request =
+    options.idempotencyKeys === 'unique'
+      ? `local n = 0
+function request()
+  i = i + 1
+  if i > #header_sets then i = 1 end
+  n = n + 1
+  local headers = {}
+  for name, value in pairs(header_sets[i]) do headers[name] = value end
+  headers["Idempotency-Key"] = string.format("bench-%s-%s-%d", run, tostring(offset or 0), n)
+  return wrk.format(${quote(method)}, ${quote(path)}, headers, ${body})
+end`
+      : `function request()
+  i = i + 1
+  if i > #prebuilt then i = 1 end
+  return prebuilt[i]
+end`;
+  const sets = keyed.map(
     (headers) =>
       `{${Object.entries(headers)
         .map(([name, value]) => `[${quote(name)}]=${quote(value)}`)
@@ -94,15 +136,13 @@ function setup(thread)
 end
 function init(args)
   for k, headers in ipairs(header_sets) do
-    prebuilt[k] = wrk.format("GET", ${quote(path)}, headers)
+    prebuilt[k] = wrk.format(${quote(method)}, ${quote(path)}, headers, ${body})
   end
+  math.randomseed(os.time() + (offset or 0))
+  run = string.format("%d-%d", os.time(), math.random(1, 1000000000))
   i = (offset or 0) % #prebuilt
 end
-function request()
-  i = i + 1
-  if i > #prebuilt then i = 1 end
-  return prebuilt[i]
-end
+${request}
 ${statusCounting}
 function done(summary, latency, _)
   local e = summary.errors

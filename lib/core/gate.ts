@@ -684,18 +684,21 @@ export function buildGate<S extends Scopes>(
       return { allowed: false, error, auth, headers };
     }
     // Step 7: only an admitted request claims a key (or is answered from one).
-    const step =
+    // Without a key the step is decided at once: no promise, no turn of the microtask queue.
+    const checked =
       compiled.idempotency === undefined || idempotency === undefined
         ? undefined
-        : await idempotency.check(facts, compiled.id, compiled.idempotency, auth);
-    if (step?.kind === 'refused') return { allowed: false, error: step.error, auth, headers };
-    const allowed: Decision = { allowed: true, auth, headers };
-    if (findings.length === 0 && step === undefined) return allowed;
-    return {
-      ...allowed,
-      ...(findings.length === 0 ? {} : { shadow: findings }),
-      ...(step === undefined ? {} : { idempotency: step }),
-    };
+        : idempotency.check(facts, compiled.id, compiled.idempotency, auth);
+    const step = checked instanceof Promise ? await checked : checked;
+    if (step === undefined) {
+      return findings.length === 0
+        ? { allowed: true, auth, headers }
+        : { allowed: true, auth, headers, shadow: findings };
+    }
+    if (step.kind === 'refused') return { allowed: false, error: step.error, auth, headers };
+    return findings.length === 0
+      ? { allowed: true, auth, headers, idempotency: step }
+      : { allowed: true, auth, headers, shadow: findings, idempotency: step };
   };
 
   const decide = async (facts: RequestFacts, compiled: CompiledPolicy): Promise<Decision> => {

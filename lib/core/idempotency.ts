@@ -147,30 +147,62 @@ export class IdempotencyRule {
 
   /**
    * The step for an admitted request of a route in `mode`; `undefined` when it carries no key and
-   * needs none. `facts.rawBody` is the body as received (none: an empty body).
+   * needs none. `facts.rawBody` is the body as received (none: an empty body). Without a key, or
+   * with a malformed one, the step is decided at once, without a promise: only a key goes to the
+   * store.
    */
-  async check(
+  check(
     facts: RequestFacts,
     policy: string,
     mode: IdempotencyMode,
     auth: AuthContext,
-  ): Promise<IdempotencyStep | undefined> {
-    const report = (outcome: IdempotencyOutcome): void => {
-      const requestSpan = facts.tollgateSpan;
-      if (requestSpan !== undefined && !requestSpan.ended) {
-        requestSpan.span.setAttribute('tollgate.idempotency', outcome);
-      }
-      this.onOutcome?.({ policy, outcome, facts, auth });
-    };
-    const refuse = (outcome: IdempotencyOutcome, error: TollgateError): IdempotencyStep => {
-      report(outcome);
-      return { kind: 'refused', error };
-    };
+  ): IdempotencyStep | Promise<IdempotencyStep> | undefined {
     const key = idempotencyKeyOf(facts.headersDistinct[IDEMPOTENCY_HEADER]);
     if (key === undefined) {
-      return mode === 'required' ? refuse('missing', new IdempotencyKeyRequiredError()) : undefined;
+      return mode === 'required'
+        ? this.refuse(facts, policy, auth, 'missing', new IdempotencyKeyRequiredError())
+        : undefined;
     }
-    if (typeof key !== 'string') return refuse('invalid', key);
+    if (typeof key !== 'string') return this.refuse(facts, policy, auth, 'invalid', key);
+    return this.claimKey(facts, policy, auth, key);
+  }
+
+  private reportOf(
+    facts: RequestFacts,
+    policy: string,
+    auth: AuthContext,
+    outcome: IdempotencyOutcome,
+  ): void {
+    const requestSpan = facts.tollgateSpan;
+    if (requestSpan !== undefined && !requestSpan.ended) {
+      requestSpan.span.setAttribute('tollgate.idempotency', outcome);
+    }
+    this.onOutcome?.({ policy, outcome, facts, auth });
+  }
+
+  private refuse(
+    facts: RequestFacts,
+    policy: string,
+    auth: AuthContext,
+    outcome: IdempotencyOutcome,
+    error: TollgateError,
+  ): IdempotencyStep {
+    this.reportOf(facts, policy, auth, outcome);
+    return { kind: 'refused', error };
+  }
+
+  /** A well-formed key: claimed, or the record found under it. */
+  private async claimKey(
+    facts: RequestFacts,
+    policy: string,
+    auth: AuthContext,
+    key: string,
+  ): Promise<IdempotencyStep> {
+    const report = (outcome: IdempotencyOutcome): void => {
+      this.reportOf(facts, policy, auth, outcome);
+    };
+    const refuse = (outcome: IdempotencyOutcome, error: TollgateError): IdempotencyStep =>
+      this.refuse(facts, policy, auth, outcome, error);
     const name = `idem:{${auth.accountId}}:${this.seal.recordName(auth.accountId, key)}`;
     const fingerprint =
       this.seal.secretTag + this.seal.fingerprint(facts.method, routedPath(facts), facts.rawBody);
