@@ -58,7 +58,8 @@ function subject<S extends IdempotencyStore = MemoryIdempotencyStore>(
     request: RequestFacts,
     mode: IdempotencyMode = 'optional',
     account: AuthContext = auth(),
-  ): Promise<IdempotencyStep | undefined> => rule.check(request, 'payouts', mode, account);
+  ): Promise<IdempotencyStep | undefined> =>
+    Promise.resolve(rule.check(request, 'payouts', mode, account));
   const outcomes = (): string[] => events.map((event) => event.outcome);
   return { rule, events, check, outcomes, store };
 }
