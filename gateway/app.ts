@@ -152,6 +152,7 @@ export function createApp(options: AppOptions): GatewayApp {
     metrics,
   });
   const idempotency = options.idempotency ?? {};
+  const upstreamTimeoutMs = options.upstreamTimeoutMs ?? 10_000;
   const requiredKeys = new Set(idempotency.required ?? []);
   const policyOf = (route: RouteSpec): RoutePolicy<GatewayScope> =>
     routePolicy(
@@ -178,6 +179,8 @@ export function createApp(options: AppOptions): GatewayApp {
       secret: idempotency.secret ?? randomBytes(48).toString('base64'),
       ttlSeconds: idempotency.ttlSeconds,
       maxAnswerBytes: idempotency.maxAnswerBytes,
+      // A first request is answered within the upstream's deadline, or answered 504 then.
+      inFlightSeconds: Math.min(Math.ceil(upstreamTimeoutMs / 1000) + 5, 3600),
       onOutcome: (event) => {
         metrics.idempotency(event.policy, event.outcome);
         auditIdempotency(logger, event);
@@ -193,7 +196,7 @@ export function createApp(options: AppOptions): GatewayApp {
   });
   const proxy = createProxy({
     upstreamUrl: options.upstreamUrl,
-    timeoutMs: options.upstreamTimeoutMs ?? 10_000,
+    timeoutMs: upstreamTimeoutMs,
     publicKeyHeader,
     onAnswer: (seconds) => {
       metrics.upstreamAnswered(seconds);

@@ -4,7 +4,13 @@ import { type Dispatcher, Pool } from 'undici';
 import { type Span, SpanStatusCode } from '@opentelemetry/api';
 import { UpstreamError } from '../lib';
 import { identityHeaders } from '../lib/entry/core';
-import { injectTraceContext, routeTemplateOf, startUpstreamSpan } from '../lib/internal';
+import {
+  injectTraceContext,
+  keepsAnswer,
+  releaseAnswer,
+  routeTemplateOf,
+  startUpstreamSpan,
+} from '../lib/internal';
 
 /**
  * A streaming reverse proxy on an undici keep-alive pool, chosen over a node:http proxy on a
@@ -99,7 +105,11 @@ export function createProxy(options: ProxyOptions): Proxy {
   const handler: RequestHandler = function proxyHandler(req, res, next) {
     // The client hung up while the checks ran (a Redis round trip, a key lookup): forward nothing,
     // least of all a payout nobody is waiting for. Its 'close' has passed, so nothing would cancel it.
-    if (res.destroyed) return;
+    // An Idempotency-Key's claim is released: its retry is the first the upstream sees.
+    if (res.destroyed) {
+      releaseAnswer(res);
+      return;
+    }
     const headers: Record<string, string | string[]> = {};
     const namedByConnection = connectionTokens(req.headers.connection);
     const received = req.headers;
@@ -190,6 +200,15 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
 
   private readonly clientClosed = (): void => {
     if (this.res.writableFinished) return;
+    // A request with an Idempotency-Key goes on: its answer is kept for the client's retry (a
+    // body held back for the client now flows, since nobody is reading it).
+    if (keepsAnswer(this.res)) {
+      if (this.paused) {
+        this.paused = false;
+        this.controller?.resume();
+      }
+      return;
+    }
     this.end('client_closed');
     this.controller?.abort(clientGone());
   };
@@ -198,7 +217,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     if (this.state === 'waiting') {
       this.end('timeout');
       this.controller?.abort(upstreamTimedOut());
-      if (this.res.destroyed) return;
+      if (this.res.destroyed && !keepsAnswer(this.res)) return;
       this.options.onFailure?.('timeout');
       this.next(new UpstreamError('timeout'));
     } else if (this.state === 'streaming') {
@@ -311,7 +330,7 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
     if (state === 'streaming') {
       // The head is out: the client can only be told by the connection closing.
       this.res.destroy();
-    } else if (state === 'waiting' && !this.res.destroyed) {
+    } else if (state === 'waiting' && (!this.res.destroyed || keepsAnswer(this.res))) {
       this.options.onFailure?.(kind);
       this.next(new UpstreamError(kind, sent));
     }

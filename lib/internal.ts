@@ -17,3 +17,4 @@ export {
 } from './core/tracing';
 export { isExpired } from './keys/key-record';
 export { IDEMPOTENCY_OUTCOMES } from './core/idempotency';
+export { keepsAnswer, releaseAnswer } from './express/idempotency';

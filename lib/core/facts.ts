@@ -9,6 +9,11 @@ export interface RequestFacts {
   readonly method: string;
   /** The routed path, without the query. */
   readonly path: string;
+  /**
+   * Where the router that routed `path` is mounted (Express's `req.baseUrl`): the path from the
+   * app's root is `baseUrl + path`. Absent: `path` is from the root.
+   */
+  readonly baseUrl?: string | undefined;
   /** The request target as received, query included (credentials in a query are refused). */
   readonly originalUrl: string;
   /** Every value of every header, by lower-case name (Node's `IncomingMessage.headersDistinct`). */

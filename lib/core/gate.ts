@@ -63,6 +63,7 @@ import { AdmissionStore } from '../rate-limit/admission-store';
 import {
   DEFAULT_IDEMPOTENCY_TTL_SECONDS,
   DEFAULT_MAX_ANSWER_BYTES,
+  MAX_IN_FLIGHT_SECONDS,
   type IdempotencyEvent,
   type IdempotencyMode,
   IdempotencyRule,
@@ -179,6 +180,13 @@ export interface IdempotencyOptions {
    * larger answer are refused `409 idempotency_key_in_use`, naming its status. Defaults to 65 536.
    */
   readonly maxAnswerBytes?: number | undefined;
+  /**
+   * How long a first request may take to be answered, in seconds: 1 to 3 600. Its retries meanwhile
+   * are told to retry shortly (`409` with `Retry-After: 1`); after it, a key still unanswered (its
+   * instance stopped, its answer could not be kept, or a reverse proxy forwarded it) is of unknown
+   * outcome: `409` without `Retry-After`. Defaults to 60.
+   */
+  readonly inFlightSeconds?: number | undefined;
   /** Without Redis: the records kept in memory at most (each key, answered or in flight). Defaults to 100 000. */
   readonly maxRecords?: number | undefined;
   /** What became of each key: for metrics and audit lines. Never told a body. */
@@ -380,6 +388,7 @@ const IDEMPOTENCY_OPTION_CHECKS: OptionChecks<IdempotencyOptions> = {
   ),
   ttlSeconds: wholeNumber(MIN_IDEMPOTENCY_TTL_SECONDS, MAX_IDEMPOTENCY_TTL_SECONDS),
   maxAnswerBytes: wholeNumber(MIN_MAX_ANSWER_BYTES, MAX_MAX_ANSWER_BYTES),
+  inFlightSeconds: wholeNumber(1, MAX_IN_FLIGHT_SECONDS),
   maxRecords: wholeNumber(1),
   onOutcome: isFunction,
 };
@@ -484,6 +493,7 @@ export function buildGate<S extends Scopes>(
               : new RedisIdempotencyStore({ redis: options.redis, prefix }),
           ttlSeconds: options.idempotency.ttlSeconds ?? DEFAULT_IDEMPOTENCY_TTL_SECONDS,
           maxAnswerBytes: options.idempotency.maxAnswerBytes ?? DEFAULT_MAX_ANSWER_BYTES,
+          inFlightSeconds: options.idempotency.inFlightSeconds,
           onOutcome: options.idempotency.onOutcome,
         });
   const { keyStore, tokens } = options;

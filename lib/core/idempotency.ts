@@ -103,6 +103,8 @@ export type IdempotencyStep =
 export const DEFAULT_IDEMPOTENCY_TTL_SECONDS = 86_400;
 export const MIN_IDEMPOTENCY_TTL_SECONDS = 60;
 export const MAX_IDEMPOTENCY_TTL_SECONDS = 604_800;
+export const DEFAULT_IN_FLIGHT_SECONDS = 60;
+export const MAX_IN_FLIGHT_SECONDS = 3600;
 export const DEFAULT_MAX_ANSWER_BYTES = 64 * 1024;
 export const MIN_MAX_ANSWER_BYTES = 1024;
 export const MAX_MAX_ANSWER_BYTES = 16 * 1024 * 1024;
@@ -112,7 +114,11 @@ export interface IdempotencyRuleOptions {
   readonly store: IdempotencyStore;
   readonly ttlSeconds: number;
   readonly maxAnswerBytes: number;
+  /** How long a first request may take to be answered, in seconds. Defaults to 60. */
+  readonly inFlightSeconds?: number | undefined;
   readonly onOutcome?: ((event: IdempotencyEvent) => void) | undefined;
+  /** Wall-clock milliseconds, shared in meaning by every instance. Defaults to `Date.now`. */
+  readonly now?: (() => number) | undefined;
 }
 
 /** The kinds of record, by their first character. */
@@ -131,14 +137,18 @@ export class IdempotencyRule {
   private readonly store: IdempotencyStore;
   private readonly ttlMs: number;
   private readonly maxAnswerBytes: number;
+  private readonly inFlightMs: number;
   private readonly onOutcome: ((event: IdempotencyEvent) => void) | undefined;
+  private readonly now: () => number;
 
   constructor(options: IdempotencyRuleOptions) {
     this.seal = new IdempotencySeal(options.secret);
     this.store = options.store;
     this.ttlMs = options.ttlSeconds * 1000;
     this.maxAnswerBytes = options.maxAnswerBytes;
+    this.inFlightMs = (options.inFlightSeconds ?? DEFAULT_IN_FLIGHT_SECONDS) * 1000;
     this.onOutcome = options.onOutcome;
+    this.now = options.now ?? Date.now;
   }
 
   state(): IdempotencyStoreState {
@@ -206,7 +216,10 @@ export class IdempotencyRule {
     const name = `idem:{${auth.accountId}}:${this.seal.recordName(auth.accountId, key)}`;
     const fingerprint =
       this.seal.secretTag + this.seal.fingerprint(facts.method, routedPath(facts), facts.rawBody);
-    const claim = CLAIM + randomBytes(TOKEN_LENGTH / 2).toString('hex') + fingerprint;
+    // The claim says when it was made: a claim older than a first request may take is no longer
+    // in flight, and its retries are told its outcome is unknown.
+    const claim =
+      CLAIM + randomBytes(TOKEN_LENGTH / 2).toString('hex') + fingerprint + String(this.now());
     let found: string | undefined;
     try {
       found = await this.store.claim(name, claim, this.ttlMs);
@@ -230,12 +243,17 @@ export class IdempotencyRule {
     }
     const rest = found.slice(start + FINGERPRINT_LENGTH);
     if (kind === CLAIM) {
+      const age = this.now() - Number(rest);
       return refuse(
         'in_use',
-        new IdempotencyKeyInUseError(
-          'A request with this Idempotency-Key is still being answered: retry shortly',
-          1,
-        ),
+        age <= this.inFlightMs
+          ? new IdempotencyKeyInUseError(
+              'A request with this Idempotency-Key is still being answered: retry shortly',
+              1,
+            )
+          : new IdempotencyKeyInUseError(
+              "The request with this Idempotency-Key was not answered in time, so its outcome is unknown: check the operation's state, then use a new key",
+            ),
       );
     }
     if (kind === TOO_LARGE) {
@@ -312,8 +330,7 @@ export class IdempotencyRule {
  * must never share a fingerprint (a key used on one would be replayed the other's answer).
  */
 function routedPath(facts: RequestFacts): string {
-  const base = (facts as { readonly baseUrl?: unknown }).baseUrl;
-  return typeof base === 'string' ? base + facts.path : facts.path;
+  return facts.baseUrl === undefined ? facts.path : facts.baseUrl + facts.path;
 }
 
 function unavailable(error: unknown): IdempotencyUnavailableError {

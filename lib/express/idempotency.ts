@@ -16,6 +16,7 @@ import { REPLAYED_HEADER } from '../idempotency/key';
 const RECORDER = Symbol('tollgate.idempotencyRecorder');
 
 interface Recorder {
+  readonly claim: IdempotencyClaim;
   /** Set by the error handler: the answer is the kit's own error body. */
   error?: TollgateError;
 }
@@ -24,9 +25,13 @@ type Recorded = Response & { [RECORDER]?: Recorder };
 
 type WriteArguments = [chunk?: unknown, encoding?: unknown, callback?: unknown];
 
-/** Keeps the answer `res` is about to get for `claim`'s retries. */
+/**
+ * Keeps the answer `res` is about to get for `claim`'s retries. The answer is kept even when its
+ * client has gone (a client that timed out retries, and is replayed the answer it missed): writes
+ * to a closed connection are counted as written.
+ */
 export function recordAnswer(res: Response, claim: IdempotencyClaim): void {
-  const recorder: Recorder = {};
+  const recorder: Recorder = { claim };
   (res as Recorded)[RECORDER] = recorder;
   const chunks: Buffer[] = [];
   let size = 0;
@@ -41,12 +46,12 @@ export function recordAnswer(res: Response, claim: IdempotencyClaim): void {
   const end = res.end.bind(res) as (...args: WriteArguments) => Response;
   res.write = function recordedWrite(...args: WriteArguments): boolean {
     keep(args[0], args[1]);
-    return write(...args);
+    // Nobody reads a closed connection: never ask the writer to wait for it.
+    return res.destroyed || write(...args);
   } as Response['write'];
   res.end = function recordedEnd(...args: WriteArguments): Response {
     res.end = end as Response['end'];
     res.write = write as Response['write'];
-    if (res.destroyed) return end(...args);
     keep(args[0], args[1]);
     const settled =
       recorder.error instanceof UpstreamError && !recorder.error.requestSent
@@ -60,6 +65,20 @@ export function recordAnswer(res: Response, claim: IdempotencyClaim): void {
     void settled.then(finish, finish);
     return res;
   } as Response['end'];
+}
+
+/** Whether the answer `res` gets is kept for an `Idempotency-Key`'s retries. */
+export function keepsAnswer(res: Response): boolean {
+  return (res as Recorded)[RECORDER] !== undefined;
+}
+
+/**
+ * The request of `res` was never sent on (its client left before it was): its key's claim is
+ * released, so a retry is forwarded. Nothing is kept for it.
+ */
+export function releaseAnswer(res: Response): void {
+  const recorder = (res as Recorded)[RECORDER];
+  if (recorder !== undefined) void recorder.claim.release();
 }
 
 /**

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type http from 'node:http';
+import http from 'node:http';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import { expectErrorBody, withoutRequestId } from '../helpers/error-body';
 import { createFixtures, type Fixtures } from '../helpers/fixtures';
@@ -201,6 +201,49 @@ describe('idempotency keys in memory, one instance', () => {
 
   it('forwards 20 identical concurrent requests once, refuses 19 with 409 and replays the answer to retries', async () => {
     await expectOnceUnderConcurrency([gateway], upstream);
+  });
+
+  it('keeps the answer of a client that left while the upstream was answering: its retry is replayed', async () => {
+    const key = `gone-${randomUUID()}`;
+    let answer!: () => void;
+    const reached = new Promise<void>((resolve) => {
+      upstream.respond = (request, res) => {
+        answer = () => {
+          payoutAnswer(request, res);
+        };
+        resolve();
+      };
+    });
+    // The client gives up (its own timeout) while the upstream still holds the payout.
+    const body = JSON.stringify(payout());
+    const client = http.request({
+      host: '127.0.0.1',
+      port: gateway.port,
+      method: 'POST',
+      path: PAYOUTS,
+      headers: {
+        ...keyed(gateway, key),
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+      },
+    });
+    client.on('error', () => undefined);
+    client.end(body);
+    await reached;
+    client.destroy();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    answer();
+    upstream.respond = payoutAnswer;
+    // Its retry gets what the upstream answered, which nobody had read: the payout made once.
+    let retry = await postPayout(gateway, key);
+    for (let tries = 0; retry.status === 409 && tries < 50; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      retry = await postPayout(gateway, key);
+    }
+    expect(retry.status).toBe(201);
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(JSON.parse(retry.text)).toMatchObject({ received: payout() });
+    expect(forwardedWith(upstream, key)).toHaveLength(1);
   });
 
   it("forwards another account's request with the same key and body", async () => {

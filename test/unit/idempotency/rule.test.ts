@@ -157,6 +157,33 @@ describe('IdempotencyRule', () => {
     expect(outcomes()).toEqual(['claimed', 'in_use', 'in_use']);
   });
 
+  it('tells the retries of a claim older than inFlightSeconds its outcome is unknown: 409 without Retry-After', async () => {
+    let now = 1_700_000_000_000;
+    const store = new MemoryIdempotencyStore();
+    const rule = new IdempotencyRule({
+      secret: SECRET,
+      store,
+      ttlSeconds: 60,
+      maxAnswerBytes: MAX_ANSWER_BYTES,
+      inFlightSeconds: 15,
+      now: () => now,
+    });
+    const ask = async (): Promise<IdempotencyStep | undefined> =>
+      rule.check(facts('stalled'), 'payouts', 'optional', auth());
+    // Claimed, then never answered: its instance stopped, or a reverse proxy forwarded it.
+    claimOf(await ask());
+    now += 15_000;
+    expect(refusalOf(await ask()).headers).toEqual({ 'Retry-After': '1' });
+    now += 1;
+    const late = refusalOf(await ask());
+    expect({ status: late.status, code: late.code, headers: late.headers }).toEqual({
+      status: 409,
+      code: 'idempotency_key_in_use',
+      headers: {},
+    });
+    expect(late.message).toMatch(/outcome is unknown/);
+  });
+
   it('names the same record with the quoted and bare key: a quoted retry is replayed', async () => {
     const { check } = subject();
     await claimOf(await check(facts('"8e03-key"'))).complete(ANSWER);
