@@ -166,6 +166,7 @@ export interface GateOptions<S extends Scopes = Scopes> {
   readonly idempotency?: IdempotencyOptions | undefined;
 }
 
+/** The gate's idempotent requests: the secret their records are sealed under, and their bounds. */
 export interface IdempotencyOptions {
   /**
    * At least 32 bytes, kept secret (the token secret fits): stored answers are sealed, and keys

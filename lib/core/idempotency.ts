@@ -74,6 +74,7 @@ export const IDEMPOTENCY_OUTCOMES: readonly IdempotencyOutcome[] = [
   'missing',
 ];
 
+/** What became of a request's key, told to the gate's `idempotency.onOutcome`. */
 export interface IdempotencyEvent {
   /** The route's policy id. */
   readonly policy: string;
