@@ -88,7 +88,8 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * bytes it allocates per request (bench/keys/probe.ts), and (j) the gateway's RSS after
  * BENCH_DISTINCT_IPS (1,000,000) distinct client IPs in X-Forwarded-For on POST /api/v1/checkout/
  * (per-IP scope), memory and Redis limits, before, after, and after the 60 s window
- * (bench/distinct-ips.ts). The run ends with the table of performance targets, met or not.
+ * (bench/distinct-ips.ts), and (k) POST /api/v1/payouts/ with and without an Idempotency-Key
+ * (bench/idempotency.ts). The run ends with the table of performance targets, met or not.
  *
  * Settings (environment): BENCH_DURATION seconds per measured case (15), BENCH_WARMUP (3),
  * BENCH_CONNECTIONS (32), BENCH_THREADS (1), BENCH_ACCOUNTS (1000; also the number of wrong keys
