@@ -97,7 +97,7 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * run apart from other users, and no Redis commands are counted), BENCH_NODE_FLAGS (Node flags
  * for the gateways, none), BENCH_DISTINCT_IPS (1000000), BENCH_ONLY (a comma-separated list of `direct` (a, d, d', g),
  * `memory` (b), `redis` (c), `naive` (h), `forward-auth` (i), `latency`, `wrong-credential` (e,
- * f), `rss` (j); all by default).
+ * f), `rss` (j), `idempotency` (k); all by default).
  *
  * Side by side: BENCH_BASELINE_DIST, the `dist` directory of another build (an older commit, built
  * with `npm run build`). Then (e), (f) and, when `memory` is selected, (b) with a secret key also
