@@ -18,6 +18,12 @@ const RECORDS = Number(process.env.IDEM_RECORDS ?? 100_000);
 const ANSWER_BYTES = Number(process.env.IDEM_ANSWER_BYTES ?? 200);
 const ACCOUNTS = 1000;
 
+function at<T>(list: readonly T[], index: number): T {
+  const value = list[index];
+  if (value === undefined) throw new Error(`no item ${index}`);
+  return value;
+}
+
 function collect(): void {
   const gc = (globalThis as { gc?: () => void }).gc;
   if (gc === undefined) throw new Error('run with node --expose-gc');
@@ -58,21 +64,19 @@ async function main(): Promise<void> {
     role: 'level-2',
     credential: 'secret',
   }));
-  const facts = (key: string): RequestFacts =>
-    ({
-      method: 'POST',
-      path: '/api/v1/payouts/',
-      originalUrl: '/api/v1/payouts/',
-      headersDistinct: { 'idempotency-key': [key] },
-      rawBody,
-    }) as RequestFacts;
+  const facts = (key: string): RequestFacts => ({
+    method: 'POST',
+    path: '/api/v1/payouts/',
+    originalUrl: '/api/v1/payouts/',
+    headersDistinct: { 'idempotency-key': [key] },
+    rawBody,
+  });
   const keyOf = (index: number): string => `${index.toString(16).padStart(8, '0')}-bench-key`;
   collect();
   const before = process.memoryUsage();
   const started = performance.now();
-  let sealedCharacters = 0;
   for (let index = 0; index < RECORDS; index++) {
-    const auth = auths[index % ACCOUNTS] as AuthContext;
+    const auth = at(auths, index % ACCOUNTS);
     const step = await rule.check(facts(keyOf(index)), '/api/v1/payouts/', 'optional', auth);
     if (step?.kind !== 'claimed') {
       throw new Error(`key ${index}: ${step?.kind ?? 'no step'} instead of a claim`);
@@ -88,19 +92,14 @@ async function main(): Promise<void> {
   const fillMs = performance.now() - started;
   collect();
   const after = process.memoryUsage();
-  sealedCharacters = (store as unknown as { characters: number }).characters;
+  const sealedCharacters = (store as unknown as { characters: number }).characters;
   const next = await rule.check(
     facts('one-more-key'),
     '/api/v1/payouts/',
     'optional',
-    auths[0] as AuthContext,
+    at(auths, 0),
   );
-  const replay = await rule.check(
-    facts(keyOf(0)),
-    '/api/v1/payouts/',
-    'optional',
-    auths[0] as AuthContext,
-  );
+  const replay = await rule.check(facts(keyOf(0)), '/api/v1/payouts/', 'optional', at(auths, 0));
   const perRecord = (after.rss - before.rss) / RECORDS;
   const heapPerRecord = (after.heapUsed - before.heapUsed) / RECORDS;
   const lines = [

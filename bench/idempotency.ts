@@ -19,6 +19,12 @@ export const PAYOUT_BODY = JSON.stringify({
   reference: 'bench payout',
 });
 
+function at<T>(list: readonly T[], index: number): T {
+  const value = list[index];
+  if (value === undefined) throw new Error(`no item ${index}`);
+  return value;
+}
+
 function payout(
   url: string,
   secretKey: string,
@@ -53,7 +59,12 @@ export async function primeReplays(
   let next = 0;
   const worker = async (): Promise<void> => {
     for (let index = next++; index < secretKeys.length; index = next++) {
-      const reply = await payout(url, secretKeys[index] as string, `bench-replay-${index}`);
+      let reply = await payout(url, at(secretKeys, index), `bench-replay-${index}`);
+      // A loaded machine can time a Redis command out (503 until Redis answers again): retried.
+      for (let retry = 0; reply.status === 503 && retry < 50; retry++) {
+        await sleep(100);
+        reply = await payout(url, at(secretKeys, index), `bench-replay-${index}`);
+      }
       if (reply.status !== 201) {
         throw new Error(`priming replay key ${index} answered ${reply.status}: ${reply.body}`);
       }

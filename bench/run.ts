@@ -88,7 +88,8 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * bytes it allocates per request (bench/keys/probe.ts), and (j) the gateway's RSS after
  * BENCH_DISTINCT_IPS (1,000,000) distinct client IPs in X-Forwarded-For on POST /api/v1/checkout/
  * (per-IP scope), memory and Redis limits, before, after, and after the 60 s window
- * (bench/distinct-ips.ts). The run ends with the table of performance targets, met or not.
+ * (bench/distinct-ips.ts), and (k) POST /api/v1/payouts/ with and without an Idempotency-Key
+ * (bench/idempotency.ts). The run ends with the table of performance targets, met or not.
  *
  * Settings (environment): BENCH_DURATION seconds per measured case (15), BENCH_WARMUP (3),
  * BENCH_CONNECTIONS (32), BENCH_THREADS (1), BENCH_ACCOUNTS (1000; also the number of wrong keys
@@ -96,7 +97,7 @@ import { runWrk, type WrkResult, writeRotatingScript } from './wrk';
  * run apart from other users, and no Redis commands are counted), BENCH_NODE_FLAGS (Node flags
  * for the gateways, none), BENCH_DISTINCT_IPS (1000000), BENCH_ONLY (a comma-separated list of `direct` (a, d, d', g),
  * `memory` (b), `redis` (c), `naive` (h), `forward-auth` (i), `latency`, `wrong-credential` (e,
- * f), `rss` (j); all by default).
+ * f), `rss` (j), `idempotency` (k); all by default).
  *
  * Side by side: BENCH_BASELINE_DIST, the `dist` directory of another build (an older commit, built
  * with `npm run build`). Then (e), (f) and, when `memory` is selected, (b) with a secret key also

@@ -15,7 +15,10 @@ const answer = (res: http.ServerResponse): void => {
 const server = http.createServer((req, res) => {
   req.resume();
   req.once('end', () => {
-    if (delayMs > 0) setTimeout(() => answer(res), delayMs);
+    if (delayMs > 0)
+      setTimeout(() => {
+        answer(res);
+      }, delayMs);
     else answer(res);
   });
 });
