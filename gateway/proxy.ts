@@ -324,8 +324,9 @@ class UpstreamExchange implements Dispatcher.DispatchHandler {
   onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
     const { state } = this;
     const kind = isConnectTimeout(error) ? 'timeout' : 'unavailable';
-    // No connection could be made: the upstream surely never saw the request.
-    const sent = !isConnectFailure(error);
+    // undici starts a request (`onRequestStart`) only on a connected socket, just before writing
+    // it: an exchange that failed before that never reached the upstream.
+    const sent = this.controller !== undefined;
     this.end(state === 'over' ? undefined : kind);
     if (state === 'streaming') {
       // The head is out: the client can only be told by the connection closing.
@@ -357,23 +358,6 @@ function endedBeforeSent(): Error {
 /** The reason an exchange is aborted with when the upstream ran out of time (made only then). */
 function upstreamTimedOut(): Error {
   return new Error('the upstream did not answer in time');
-}
-
-/**
- * The connection to the upstream could not be made (refused, unreachable, name unknown, or
- * undici's connect timeout): the request was never written.
- */
-function isConnectFailure(error: unknown): boolean {
-  const code =
-    typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
-  return (
-    code === 'ECONNREFUSED' ||
-    code === 'EHOSTUNREACH' ||
-    code === 'ENETUNREACH' ||
-    code === 'ENOTFOUND' ||
-    code === 'EAI_AGAIN' ||
-    code === 'UND_ERR_CONNECT_TIMEOUT'
-  );
 }
 
 /** undici's own connect timeout (`connectTimeout`); the exchange's deadline covers the rest. */

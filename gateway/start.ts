@@ -85,6 +85,12 @@ export async function startGateway(
   const upstreamUrl = config.upstreamUrl ?? stub?.url ?? '';
 
   const redis = config.redis === undefined ? undefined : connectRedis(config.redis);
+  if (redis === undefined && config.expectedInstances > 1) {
+    logger.warn(
+      { event: 'config.idempotency_per_instance', expected_instances: config.expectedInstances },
+      'TOLLGATE_EXPECTED_INSTANCES is above 1 without REDIS_URL: each instance keeps its own Idempotency-Keys, so a retry reaching another instance is forwarded again; share a Redis',
+    );
+  }
   redis?.health.on('change', (state, reason) => {
     if (state === 'degraded') {
       logger.warn(

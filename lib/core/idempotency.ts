@@ -223,8 +223,13 @@ export class IdempotencyRule {
       CLAIM + randomBytes(TOKEN_LENGTH / 2).toString('hex') + fingerprint + String(this.now());
     let found: string | undefined;
     try {
-      found = await this.store.claim(name, claim, this.ttlMs);
+      // A claim outlives the in-flight window by a whole lifetime: a slow first request is never
+      // forgotten while it may still be answered, so its retry is never forwarded.
+      found = await this.store.claim(name, claim, this.ttlMs + this.inFlightMs);
     } catch (error) {
+      // The claim may have landed after all (a Redis that answered late): nothing was forwarded,
+      // so it is withdrawn, if it is there, and the retry is free to claim the key.
+      this.store.release(name, claim).catch(() => undefined);
       return refuse('unavailable', unavailable(error));
     }
     if (found === undefined) {

@@ -18,7 +18,7 @@ import {
 import type { Logger } from '../types';
 import { checkOptions, LOGGER, type OptionChecks } from '../options';
 import { ToldOnce, warnMisconfiguration } from './warnings';
-import { noteErrorAnswer } from './idempotency';
+import { answerEnding, noteErrorAnswer } from './idempotency';
 
 /**
  * The one place errors become responses:
@@ -51,6 +51,9 @@ export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHan
           'unexpected error',
         );
     }
+    // An answer already given, waiting to be kept for an Idempotency-Key's retries, goes out as it
+    // is: the client and the retries get the same answer.
+    if (answerEnding(res)) return;
     if (res.headersSent) {
       // Part of an answer has gone out (a proxied response broke off): all we can do is cut it.
       res.destroy();

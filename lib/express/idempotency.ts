@@ -17,6 +17,8 @@ const RECORDER = Symbol('tollgate.idempotencyRecorder');
 
 interface Recorder {
   readonly claim: IdempotencyClaim;
+  /** The answer has ended and waits for the store: what is written later is not sent. */
+  ending: boolean;
   /** Set by the error handler: the answer is the kit's own error body. */
   error?: TollgateError;
 }
@@ -31,7 +33,7 @@ type WriteArguments = [chunk?: unknown, encoding?: unknown, callback?: unknown];
  * to a closed connection are counted as written.
  */
 export function recordAnswer(res: Response, claim: IdempotencyClaim): void {
-  const recorder: Recorder = { claim };
+  const recorder: Recorder = { claim, ending: false };
   (res as Recorded)[RECORDER] = recorder;
   const chunks: Buffer[] = [];
   let size = 0;
@@ -45,13 +47,16 @@ export function recordAnswer(res: Response, claim: IdempotencyClaim): void {
   const write = res.write.bind(res) as (...args: WriteArguments) => boolean;
   const end = res.end.bind(res) as (...args: WriteArguments) => Response;
   res.write = function recordedWrite(...args: WriteArguments): boolean {
+    // Written after the end: neither kept nor sent (the client and the retries get one answer).
+    if (recorder.ending) return true;
     keep(args[0], args[1]);
     // Nobody reads a closed connection: never ask the writer to wait for it.
     return res.destroyed || write(...args);
   } as Response['write'];
   res.end = function recordedEnd(...args: WriteArguments): Response {
-    res.end = end as Response['end'];
-    res.write = write as Response['write'];
+    // A second end while the first waits for the store changes nothing.
+    if (recorder.ending) return res;
+    recorder.ending = true;
     keep(args[0], args[1]);
     const settled =
       recorder.error instanceof UpstreamError && !recorder.error.requestSent
@@ -60,11 +65,21 @@ export function recordAnswer(res: Response, claim: IdempotencyClaim): void {
           ? claim.tooLarge(res.statusCode)
           : claim.complete(answerOf(res, recorder.error, chunks));
     const finish = (): void => {
+      res.end = end as Response['end'];
+      res.write = write as Response['write'];
       end(...args);
     };
     void settled.then(finish, finish);
     return res;
   } as Response['end'];
+}
+
+/**
+ * The answer has ended and waits to be kept before its last bytes leave: for the error handler,
+ * it is as good as sent.
+ */
+export function answerEnding(res: Response): boolean {
+  return (res as Recorded)[RECORDER]?.ending === true;
 }
 
 /** Whether the answer `res` gets is kept for an `Idempotency-Key`'s retries. */

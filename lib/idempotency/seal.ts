@@ -50,8 +50,8 @@ export class IdempotencySeal {
   }
 
   /**
-   * The fingerprint of a request: 43 base64url characters. A trailing slash does not count: a
-   * route answers with or without it.
+   * The fingerprint of a request (its method, routed path and body): 43 base64url characters. A
+   * trailing slash of the path does not count: a route answers with or without it.
    */
   fingerprint(method: string, path: string, body: Buffer | undefined): string {
     const routed = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;

@@ -201,6 +201,17 @@ for (const major of MAJORS) {
         count('large');
         res.status(200).type('text/plain').send('x'.repeat(70_000));
       });
+      app.post('/ends-twice', optional, (_req, res) => {
+        count('ends-twice');
+        res.status(201).end('first');
+        res.end();
+        res.write('late');
+      });
+      app.post('/fails-after', optional, (_req, res, next) => {
+        count('fails-after');
+        res.status(201).json({ made: true });
+        next(new Error('an audit call failed after the answer'));
+      });
       app.post('/throws', optional, () => {
         count('throws');
         throw new Error('handler failed');
@@ -236,6 +247,18 @@ for (const major of MAJORS) {
     const as = (key: 'level1' | 'level2' | 'level3', idempotencyKey?: string) => ({
       authorization: `Bearer ${fixtures.keys[key].secretKey}`,
       ...(idempotencyKey === undefined ? {} : { 'idempotency-key': idempotencyKey }),
+    });
+
+    it('gives the client and the retries one answer when a handler ends twice or fails after answering', async () => {
+      for (const path of ['/ends-twice', '/fails-after']) {
+        const headers = as('level2', randomUUID());
+        const first = await call(port, { path, headers, body: '{}' });
+        expect(first.status).toBe(201);
+        expect(first.text).toBe(path === '/ends-twice' ? 'first' : '{"made":true}');
+        const retry = await call(port, { path, headers, body: '{}' });
+        expectReplayed(first, retry);
+        expect(calls[path.slice(1)]).toBe(1);
+      }
     });
 
     it('res.status(201).json(): the retry gets the same bytes, marked, and the handler ran once', async () => {

@@ -159,10 +159,14 @@ describeWithRedis('RedisIdempotencyStore', () => {
         store,
         ttlSeconds: 60,
         maxAnswerBytes: 1024,
+        inFlightSeconds: 30,
       });
       const step = await rule.check(facts, 'payouts', 'optional', auth);
       if (step?.kind !== 'claimed') throw new Error('expected a claim');
       const [claimed] = await keysUnder(prefix);
+      // A claim outlives the in-flight window by a whole lifetime: 60 + 30 s.
+      expect(await admin.pttl(claimed ?? '')).toBeGreaterThan(60_000);
+      expect(await admin.pttl(claimed ?? '')).toBeLessThanOrEqual(90_000);
       expect(await keysUnder(prefix)).toHaveLength(1);
       expect(claimed?.slice(prefix.length)).toMatch(/^idem:\{acct_tagged\}:[A-Za-z0-9_-]{43}$/);
       // The first `{…}` of the whole key is the account's: its Cluster hash tag.

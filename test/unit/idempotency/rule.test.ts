@@ -8,7 +8,11 @@ import {
 } from '../../../lib/core/idempotency';
 import type { TollgateError } from '../../../lib/errors';
 import type { StoredAnswer } from '../../../lib/idempotency/answer';
-import { type IdempotencyStore, MemoryIdempotencyStore } from '../../../lib/idempotency/store';
+import {
+  type IdempotencyStore,
+  IdempotencyStoreError,
+  MemoryIdempotencyStore,
+} from '../../../lib/idempotency/store';
 import type { AuthContext } from '../../../lib/types';
 
 /** The rule every door applies to a request that may carry an `Idempotency-Key`. */
@@ -300,6 +304,27 @@ describe('IdempotencyRule', () => {
     expect(error.message).toMatch(/Too many idempotency keys/);
     expect(store.size).toBe(1);
     expect(outcomes()).toEqual(['claimed', 'unavailable']);
+  });
+
+  it('withdraws a claim that landed although the store call failed (a late answer): the retry claims the key', async () => {
+    const memory = new MemoryIdempotencyStore();
+    let late = true;
+    // A store whose claim is written, then reported failed: a Redis answering after the timeout.
+    const store: IdempotencyStore = {
+      state: () => memory.state(),
+      claim: async (name, claim, ttlMs) => {
+        const found = await memory.claim(name, claim, ttlMs);
+        if (!late) return found;
+        late = false;
+        throw new IdempotencyStoreError('unavailable');
+      },
+      settle: (...args) => memory.settle(...args),
+      release: (...args) => memory.release(...args),
+    };
+    const { check, outcomes } = subject(store);
+    expect(refusalOf(await check(facts('late'))).code).toBe('idempotency_unavailable');
+    claimOf(await check(facts('late')));
+    expect(outcomes()).toEqual(['unavailable', 'claimed']);
   });
 
   it('never replays nor forwards again a key stored under another secret: 409, unknown outcome', async () => {
