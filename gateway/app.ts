@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import express, { type Express, type RequestHandler } from 'express';
 import {
   type KeyDirectory,
@@ -24,7 +25,6 @@ import {
 import { refuseQueryCredentials, requestId, series } from '../lib/entry/express';
 import { createAccessLog } from './access-log';
 import { methodsByPath, routeDispatch } from './dispatch';
-import { randomBytes } from 'node:crypto';
 import {
   DEFAULT_LIMITS,
   type IdempotencyConfig,
