@@ -1,5 +1,12 @@
 import { ConfigurationError } from '../errors';
-import { check, checkOptions, isObject, isStringList, type OptionChecks } from '../options';
+import {
+  check,
+  checkOptions,
+  describe,
+  isObject,
+  isStringList,
+  type OptionChecks,
+} from '../options';
 import type {
   KeyDirectory,
   KeyReadiness,
@@ -50,20 +57,51 @@ export const KEY_STORE_LIMIT_OPTION_CHECKS: OptionChecks<KeyStoreLimitOptions> =
 export class KeyRing implements KeyStore, KeyDirectory {
   private readonly index = new KeyIndex();
 
+  /**
+   * A ring of records already checked (`fromDocument()` checks a keys document first): the scopes
+   * and permission names they were checked against, when given, are checked in turn, so an options
+   * object given in their place (`new KeyRing(records, { permissions })`) is refused, not read as
+   * a scope named `permissions`.
+   */
   constructor(
     readonly records: readonly KeyRecord[],
     readonly limitScopes?: LimitScopes,
     readonly permissionNames?: readonly string[],
   ) {
+    if (!isList(records)) {
+      throw new ConfigurationError(
+        `KeyRing: records must be a list of key records; got ${describe(records)}`,
+      );
+    }
+    if (limitScopes !== undefined && !KEY_STORE_LIMIT_OPTION_CHECKS.limitScopes.test(limitScopes)) {
+      throw new ConfigurationError(
+        `KeyRing: limitScopes must be ${KEY_STORE_LIMIT_OPTION_CHECKS.limitScopes.accepts}; got ${describe(limitScopes)}` +
+          ' (for a keys document and its options, use KeyRing.fromDocument(document, source, options))',
+      );
+    }
+    if (permissionNames !== undefined && !isStringList.test(permissionNames)) {
+      throw new ConfigurationError(
+        `KeyRing: permissionNames must be ${isStringList.accepts}; got ${describe(permissionNames)}`,
+      );
+    }
     for (const record of records) this.index.add(record);
   }
 
-  /** Parses a keys document (the JSON of the keys file); throws `ConfigurationError` on any fault. */
+  /**
+   * Parses a keys document (the JSON of the keys file); throws `ConfigurationError` on any fault,
+   * an unknown or ill-typed option among them.
+   */
   static fromDocument(
     document: unknown,
     source = 'keys file',
     options: KeyStoreLimitOptions = {},
   ): KeyRing {
+    if (typeof source !== 'string') {
+      throw new ConfigurationError(
+        `KeyRing.fromDocument(): source must be a string naming the document (its path); got ${describe(source)}`,
+      );
+    }
+    checkOptions('KeyRing.fromDocument()', options, KEY_STORE_LIMIT_OPTION_CHECKS);
     const scopes = options.limitScopes ?? {};
     const names = permissionNames(options.permissions, 'KeyRing.fromDocument()');
     return new KeyRing(parseKeysDocument(document, source, scopes, names), scopes, names);
@@ -216,4 +254,9 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   findById(keyId: string): KeyRecord | undefined {
     return this.ring.findById(keyId);
   }
+}
+
+/** A list, without narrowing its type to `any[]` as `Array.isArray` does. */
+function isList(value: unknown): boolean {
+  return Array.isArray(value);
 }

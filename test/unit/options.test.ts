@@ -12,7 +12,7 @@ import { AdmissionStore } from '../../lib/rate-limit/admission-store';
 import { ScopeCounter } from '../../lib/core/limits';
 import { credentialResolver } from '../../lib/core/credentials';
 import { keyPairResolver } from '../../lib/core/key-pair';
-import { TOKEN_SECRET } from '../helpers/fixtures';
+import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';
 
 const kit = {
   ...root,
@@ -73,6 +73,7 @@ interface Case {
 }
 
 const keyStore = new KeyRing([]);
+const keysDocument = createFixtures().document;
 const tokens = new TokenService({ secret: TOKEN_SECRET });
 const scopes = { orders: { limit: 10 } };
 const gate = tollgate({ keyStore, tokens, scopes });
@@ -200,6 +201,14 @@ const CASES: readonly Case[] = [
     valid: { maxLength: 100 },
     misspelt: 'maxLenght',
     wrongType: ['maxLength', '100'],
+    optional: true,
+  },
+  {
+    where: 'KeyRing.fromDocument()',
+    call: (options) => KeyRing.fromDocument(keysDocument, 'keys.json', options as never),
+    valid: { permissions: ['reports:read'], limitScopes: { orders: 'account' } },
+    misspelt: 'permisions',
+    wrongType: ['permissions', 'reports:read'],
     optional: true,
   },
   {
@@ -364,7 +373,6 @@ const WITHOUT_OPTIONS: ReadonlySet<string> = new Set([
   'isPlausibleKey',
   'keyShape',
   'keyPrefixType',
-  'KeyRing',
   'sha256',
   'requireRole',
   'requestId',
@@ -389,6 +397,7 @@ const COVERED: ReadonlySet<string> = new Set([
   'createGate',
   'forwardAuthDoor',
   'createPathRedactor',
+  'KeyRing',
   'FileKeyStore',
   'PgKeyStore',
   'TokenService',
@@ -535,6 +544,32 @@ describe('the messages a new user meets', () => {
   it('forwardAuth() checks a token-exchange route as it checks every other', () => {
     const route = { method: 'POST', path: '/auth/token', accept: 'key-pair', limt: 'orders' };
     expect(() => gate.forwardAuth({ routes: [route] } as never)).toThrow(/unknown option "limt"/);
+  });
+
+  it("the README's first example, with permissions misspelt, is refused naming both", () => {
+    expect(() =>
+      KeyRing.fromDocument({ accounts: [] }, 'keys.json', { permisions: [] } as never),
+    ).toThrow(
+      'KeyRing.fromDocument(): unknown option "permisions" (did you mean permissions?); known: limitScopes, permissions',
+    );
+    expect(() => KeyRing.fromDocument({ accounts: [] }, { permissions: [] } as never)).toThrow(
+      /^KeyRing\.fromDocument\(\): source must be a string naming the document \(its path\); got an object$/,
+    );
+  });
+
+  it('new KeyRing() refuses options given in place of its scopes or its permission names', () => {
+    expect(() => new KeyRing([], { permissions: ['reports:read'] } as never)).toThrow(
+      /^KeyRing: limitScopes must be an object of scope names, each 'account' or 'ip'; got an object \(for a keys document and its options, use KeyRing\.fromDocument/,
+    );
+    expect(() => new KeyRing([], undefined, 'wallets:read' as never)).toThrow(
+      'KeyRing: permissionNames must be a list of strings; got a string',
+    );
+    expect(() => new KeyRing({ accounts: [] } as never)).toThrow(
+      'KeyRing: records must be a list of key records; got an object',
+    );
+    expect(new KeyRing([], { orders: 'account' }, ['wallets:read']).limitScopes).toEqual({
+      orders: 'account',
+    });
   });
 
   it('tollgate() without scopes says so', () => {
