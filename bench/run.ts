@@ -5,7 +5,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { generateKey, KeyRing, sha256, TokenService } from '../lib';
-import { DEFAULT_AUTH_FAILURE_LIMIT } from '../lib/entry/express';
+import { DEFAULT_AUTH_FAILURE_LIMIT } from '../lib/rate-limit/auth-failures';
 import {
   answersWith,
   BUDGET_SPENT,

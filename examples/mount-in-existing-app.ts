@@ -22,16 +22,16 @@ import {
   generateKey,
   KeyRing,
   type KeyStore,
-  type LimiterRedis,
   type Logger,
   notFound,
-  type RequestFacts,
   type Role,
   type SecurityEvent,
   sha256,
   TokenService,
   tollgate,
 } from '../lib';
+import { type LimiterRedis } from '../lib/entry/redis';
+import { type RequestFacts } from '../lib/entry/core';
 import { createLimiterRedis } from '../lib/entry/redis';
 
 /** `GET /orders`: requests per account per minute. */

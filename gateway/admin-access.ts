@@ -3,11 +3,11 @@ import { parse as parseCookies, serialize as serializeCookie } from 'cookie';
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import {
   AuthenticationError,
-  ForbiddenOriginError,
   InvalidRequestError,
-  sha256,
   UnsupportedMediaTypeError,
-} from '../lib';
+} from '../lib/internal';
+import { ForbiddenOriginError } from './errors';
+import { sha256 } from '../lib';
 import { type createAuthFailureLimiter, jsonBody, methodNotAllowed } from '../lib/entry/express';
 import {
   csrfMatches,

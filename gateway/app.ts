@@ -3,20 +3,17 @@ import express, { type Express, type RequestHandler } from 'express';
 import {
   type KeyDirectory,
   type KeyStore,
-  type LimiterRedis,
   type Logger,
   notFound,
-  type RequestFacts,
-  type RoutePolicy,
   type ScopeDefinition,
-  type ScopeUsage,
   type SecurityEvent,
   type RateLimitState,
-  type SharedStoreState,
   type TokenService,
   tollgate,
   type IdempotencyEvent,
 } from '../lib';
+import { type LimiterRedis, type SharedStoreState } from '../lib/entry/redis';
+import { type RequestFacts, type RoutePolicy, type ScopeUsage } from '../lib/entry/core';
 import {
   createPathRedactor,
   DEFAULT_PUBLIC_KEY_HEADER,

@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { ConfigurationError } from '../lib';
-import { DEFAULT_PUBLIC_KEY_HEADER, parseCidrEntry } from '../lib/entry/core';
+import { DEFAULT_PUBLIC_KEY_HEADER } from '../lib/entry/core';
+import { parseCidrEntry } from '../lib/internal';
 import {
   DEFAULT_TOKEN_TTL_SECONDS,
   HEADER_NAME_PATTERN,

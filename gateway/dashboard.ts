@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import express, { type Router } from 'express';
-import { NotFoundError } from '../lib';
+import { NotFoundError } from '../lib/internal';
 import { methodNotAllowed } from '../lib/entry/express';
 
 /**

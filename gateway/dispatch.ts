@@ -1,5 +1,5 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { InvalidRequestError } from '../lib';
+import { InvalidRequestError } from '../lib/internal';
 import {
   type ParameterMatcher,
   type RouteLookup,

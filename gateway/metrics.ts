@@ -1,12 +1,6 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
-import type {
-  IdempotencyOutcome,
-  DecisionEvent,
-  LimiterRedis,
-  RateLimitState,
-  SecurityEvent,
-  SharedStoreState,
-} from '../lib';
+import type { IdempotencyOutcome, DecisionEvent, RateLimitState, SecurityEvent } from '../lib';
+import type { LimiterRedis, SharedStoreState } from '../lib/entry/redis';
 import type { RedisCommandClient } from '../lib/entry/redis';
 import { IDEMPOTENCY_OUTCOMES } from '../lib/internal';
 import type { KeyStoreStatus, UpstreamState } from './readiness';

@@ -1,4 +1,5 @@
-import { ConfigurationError, PgKeyStore } from '../lib';
+import { ConfigurationError } from '../lib';
+import { PgKeyStore } from '../lib/entry/postgres';
 import { SCHEMA_VERSION } from '../lib/entry/postgres';
 import { databaseUrlOf } from './config';
 

@@ -2,7 +2,7 @@ import { validateHeaderName, validateHeaderValue } from 'node:http';
 import type { NextFunction, RequestHandler, Response } from 'express';
 import { type Dispatcher, Pool } from 'undici';
 import { type Span, SpanStatusCode } from '@opentelemetry/api';
-import { UpstreamError } from '../lib';
+import { UpstreamError } from './errors';
 import { identityHeaders } from '../lib/entry/core';
 import {
   injectTraceContext,

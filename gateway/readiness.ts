@@ -1,12 +1,7 @@
 import type { RequestHandler } from 'express';
 import { Client } from 'undici';
-import {
-  errorBody,
-  type IdempotencyStoreState,
-  type KeyStore,
-  NotReadyError,
-  type RateLimitState,
-} from '../lib';
+import { errorBody, type IdempotencyStoreState, type KeyStore, type RateLimitState } from '../lib';
+import { NotReadyError } from './errors';
 import { faultName } from '../lib/internal';
 
 /**

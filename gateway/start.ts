@@ -7,9 +7,9 @@ import {
   type KeyDirectory,
   type KeyStore,
   type Logger,
-  PgKeyStore,
   TokenService,
 } from '../lib';
+import { PgKeyStore } from '../lib/entry/postgres';
 import { createLimiterRedis, type LimiterRedisConnection } from '../lib/entry/redis';
 import { createAdminApp } from './admin';
 import { createApp, type GatewayApp } from './app';

@@ -139,21 +139,6 @@ export class MethodNotAllowedError extends TollgateError {
   }
 }
 
-/**
- * A dashboard change made with the session cookie from another origin, or without the
- * page's CSRF token: refused before any other check.
- */
-export class ForbiddenOriginError extends TollgateError {
-  override readonly name = 'ForbiddenOriginError';
-  constructor() {
-    super(
-      403,
-      'forbidden_origin',
-      'A dashboard change must come from the dashboard itself, with its CSRF token',
-    );
-  }
-}
-
 /** A key-management write that the key store cannot take: a keys file is read-only. */
 export class ConflictError extends TollgateError {
   override readonly name = 'ConflictError';
@@ -256,24 +241,15 @@ export class RateLimitedError extends TollgateError {
   }
 }
 
-export class UpstreamError extends TollgateError {
-  override readonly name = 'UpstreamError';
-  constructor(
-    kind: 'unavailable' | 'timeout',
-    /**
-     * `false` only when the request surely never reached the upstream (no connection could be
-     * made): an idempotency key's claim is then released, so a retry is forwarded.
-     */
-    readonly requestSent = true,
-  ) {
-    super(
-      kind === 'timeout' ? 504 : 502,
-      kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable',
-      kind === 'timeout'
-        ? 'The payments service did not answer in time'
-        : 'The payments service is unavailable',
-    );
-  }
+/**
+ * Whether `error` says its request surely never reached the upstream (no connection could be
+ * made): a `TollgateError` with `requestSent: false`. An `Idempotency-Key`'s claim is then
+ * released, not kept, so a retry of the request is forwarded.
+ */
+export function requestNeverSent(error: unknown): boolean {
+  return (
+    error instanceof TollgateError && (error as { requestSent?: unknown }).requestSent === false
+  );
 }
 
 export class InternalError extends TollgateError {
@@ -301,14 +277,6 @@ export class MisconfigurationError extends Error {
 /** Thrown at creation time for invalid options or configuration: fail fast, name the culprit. */
 export class ConfigurationError extends TypeError {
   override readonly name = 'ConfigurationError';
-}
-
-/** `GET /readyz` of the sample gateway: this instance should not be sent traffic yet (503). */
-export class NotReadyError extends TollgateError {
-  override readonly name = 'NotReadyError';
-  constructor(message: string) {
-    super(503, 'not_ready', message);
-  }
 }
 
 /**

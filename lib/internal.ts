@@ -3,13 +3,26 @@
  * with the kit that users do not get. It is not among the package's exports, so nothing here is a
  * promise to users; change it with the code that uses it. (Tests import from lib/ paths directly.)
  */
-export { faultName } from './errors';
+export {
+  faultName,
+  AuthenticationError,
+  ConflictError,
+  InternalError,
+  InvalidRequestError,
+  NotFoundError,
+  PayloadTooLargeError,
+  UnsupportedMediaTypeError,
+} from './errors';
+export { parseCidrEntry } from './model/ip-address';
+export { parseRole } from './model/roles';
+export { keyPrefixType, keyShape } from './model/key-format';
 export { HEADER_NAME_PATTERN } from './core/credentials';
 export { DEFAULT_TOKEN_TTL_SECONDS, MIN_TOKEN_SECRET_BYTES } from './tokens/tokens';
 export { parseHostPort } from './rate-limit/redis-client';
 export { routeTemplateOf, traceRequest } from './express/request-span';
 export {
   injectTraceContext,
+  nameRequestSpan,
   recordFailure,
   startUpstreamSpan,
   traceIds,

@@ -3,7 +3,8 @@
  * Writes the ESM entry points of the package, one per entry in package.json `exports`: each
  * re-exports every named export of its CommonJS build, so `import { tollgate } from 'tollgate'`
  * and `import { createLimiterRedis } from 'tollgate/redis'` work in an ES module without a second
- * copy of the code. Run by `npm run build`, after tsc.
+ * copy of the code. Named exports only, as the types declare: no untyped `default` beside them.
+ * Run by `npm run build`, after tsc.
  */
 const { mkdirSync, writeFileSync } = require('node:fs');
 const path = require('node:path');
@@ -30,7 +31,6 @@ for (const [esm, commonjs] of ENTRIES) {
     `import kit from '../${commonjs}';`,
     '',
     `export const { ${names.join(', ')} } = kit;`,
-    'export default kit;',
     '',
   ];
   writeFileSync(path.join(dist, 'esm', esm), lines.join('\n'));

@@ -3,7 +3,7 @@ import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
-import { PgKeyStore } from '../../lib';
+import { PgKeyStore } from '../../lib/entry/postgres';
 import { freePort } from '../processes';
 import type { BenchRow } from './generate';
 

@@ -1,5 +1,7 @@
 import type { RequestHandler } from 'express';
-import { type KeyDirectory, type KeyRecord, NotFoundError, type ScopeUsage } from '../../lib';
+import { type KeyDirectory, type KeyRecord } from '../../lib';
+import { NotFoundError } from '../../lib/internal';
+import { type ScopeUsage } from '../../lib/entry/core';
 import type { MinuteCounts } from '../decision-history';
 import { asAdminError, type KeyManager } from './database-store';
 import { pathId } from './validation';

@@ -1,6 +1,6 @@
 import type { RequestHandler } from 'express';
 import type { Logger } from '../../lib';
-import { nameRequestSpan } from '../../lib/entry/core';
+import { nameRequestSpan } from '../../lib/internal';
 import { routeTemplateOf, traceIds } from '../../lib/internal';
 
 /**

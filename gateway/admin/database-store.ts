@@ -1,5 +1,6 @@
 import type { RequestHandler } from 'express';
-import { type PgKeyStore, TollgateError } from '../../lib';
+import { type PgKeyStore } from '../../lib/entry/postgres';
+import { TollgateError } from '../../lib';
 import type { AccountView as StoredAccount } from '../../lib/entry/postgres';
 import type { StoreAction } from './routes';
 import { type AdminRequest, fieldsOf, pathId, requireField } from './validation';

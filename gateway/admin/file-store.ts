@@ -1,5 +1,6 @@
 import type { RequestHandler } from 'express';
-import { ConflictError, type KeyDirectory } from '../../lib';
+import { ConflictError } from '../../lib/internal';
+import { type KeyDirectory } from '../../lib';
 import type { StoreAction } from './routes';
 import { recordAccountAnswers } from './views';
 

@@ -1,5 +1,6 @@
 import express, { type Express, type RequestHandler } from 'express';
-import { type KeyDirectory, type Logger, notFound, NotFoundError } from '../../lib';
+import { type KeyDirectory, type Logger, notFound } from '../../lib';
+import { NotFoundError } from '../../lib/internal';
 import {
   clientIp,
   createAuthFailureLimiter,

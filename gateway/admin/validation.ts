@@ -1,4 +1,4 @@
-import { InvalidRequestError } from '../../lib';
+import { InvalidRequestError } from '../../lib/internal';
 
 /** What a write route acts on: the id of its path and its body's checked fields. */
 export interface AdminRequest {

@@ -1,4 +1,5 @@
-import type { KeyRecord, ScopeUsage } from '../../lib';
+import type { KeyRecord } from '../../lib';
+import type { ScopeUsage } from '../../lib/entry/core';
 import type {
   AccountView as StoredAccount,
   KeyView as StoredKey,

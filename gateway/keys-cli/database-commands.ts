@@ -1,5 +1,7 @@
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { ConfigurationError, ConflictError, KeyRing, PgKeyStore, TollgateError } from '../../lib';
+import { ConfigurationError, KeyRing, TollgateError } from '../../lib';
+import { ConflictError } from '../../lib/internal';
+import { PgKeyStore } from '../../lib/entry/postgres';
 import type { KeyView } from '../../lib/entry/postgres';
 import { describeDatabaseFault } from './database-errors';
 import {

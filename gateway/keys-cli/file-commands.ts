@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { ConfigurationError, generateKey, type KeyEnvironment, KeyRing, sha256 } from '../../lib';
-import { parseRole } from '../../lib/entry/core';
+import { parseRole } from '../../lib/internal';
 import {
   type CommandName,
   environment,

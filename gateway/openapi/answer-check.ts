@@ -1,5 +1,6 @@
 import type { ErrorRequestHandler, Request, RequestHandler, Response } from 'express';
-import { errorBody, InternalError, type Logger } from '../../lib';
+import { errorBody, type Logger } from '../../lib';
+import { InternalError } from '../../lib/internal';
 import { type ApiDescription, describeErrors, pointerSegment } from './document';
 
 /**

@@ -1,6 +1,6 @@
 import type { ErrorObject } from 'ajv/dist/2020';
 import type { RequestHandler } from 'express';
-import { InvalidRequestError } from '../../lib';
+import { InvalidRequestError } from '../../lib/internal';
 import { type ApiDescription, pointerSegment } from './document';
 
 /**

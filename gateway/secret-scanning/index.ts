@@ -1,14 +1,8 @@
 import express, { type Request, type RequestHandler } from 'express';
-import {
-  ConflictError,
-  type KeyStore,
-  type LimiterRedis,
-  type Logger,
-  PayloadTooLargeError,
-  type PgKeyStore,
-  TollgateError,
-  InvalidRequestError,
-} from '../../lib';
+import { ConflictError, PayloadTooLargeError, InvalidRequestError } from '../../lib/internal';
+import { type KeyStore, type Logger, TollgateError } from '../../lib';
+import { type LimiterRedis } from '../../lib/entry/redis';
+import { type PgKeyStore } from '../../lib/entry/postgres';
 import { createRateLimiter, series } from '../../lib/entry/express';
 import type { RouteTableEntry } from '../../lib/entry/core';
 import type { SecretScanningConfig } from '../config';

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { KeyRecord, KeyStore } from '../../lib';
-import { keyPrefixType, keyShape } from '../../lib/entry/core';
+import { keyPrefixType, keyShape } from '../../lib/internal';
 import { isExpired } from '../../lib/internal';
 
 /**

@@ -5,14 +5,15 @@ import type { AuthContext } from '../model/auth-context';
  * or from a reverse proxy that asked the forward-auth door. A client's own
  * copies of them are never passed on.
  */
-export const IDENTITY_HEADERS = [
+export type IdentityHeader =
+  'x-gateway-account-id' | 'x-gateway-key-id' | 'x-gateway-role' | 'x-gateway-credential';
+
+export const IDENTITY_HEADERS: readonly IdentityHeader[] = [
   'x-gateway-account-id',
   'x-gateway-key-id',
   'x-gateway-role',
   'x-gateway-credential',
-] as const;
-
-export type IdentityHeader = (typeof IDENTITY_HEADERS)[number];
+];
 
 /** The identity headers of `auth`, every one of them always present. */
 export function identityHeaders(auth: AuthContext): Record<IdentityHeader, string> {

@@ -20,7 +20,7 @@ export { requireWhitelistedIp, requireRole, type IpWhitelistOptions } from '../e
 export { requestId, clientIp } from '../express/request-context';
 export { series } from '../express/series';
 export { refuseMalformedRequests } from '../express/request-shape';
-export { jsonBody, DEFAULT_BODY_LIMIT, type JsonBodyOptions } from '../express/json-body';
+export { jsonBody, type JsonBodyOptions } from '../express/json-body';
 export {
   errorHandler,
   toTollgateError,
@@ -36,7 +36,6 @@ export {
 export { TollgateStore, type TollgateStoreOptions } from '../rate-limit/tollgate-store';
 export {
   createAuthFailureLimiter,
-  DEFAULT_AUTH_FAILURE_LIMIT,
   type AuthFailureLimiter,
   type AuthFailureLimiterOptions,
   type BudgetClient,

@@ -1,9 +1,14 @@
 /**
- * `tollgate/postgres`: what goes with the PostgreSQL key store (`PgKeyStore`, in the root entry):
- * the schema version its migrations bring, the channel it listens on, and the views its
- * key-administration methods answer with. Needs the optional peer `pg`.
+ * `tollgate/postgres`: the PostgreSQL key store (`PgKeyStore`), its options and state, the schema
+ * version its migrations bring, the channel it listens on, and the views its key-administration
+ * methods answer with. Needs the optional peer `pg`.
  */
-export { NOTIFY_CHANNEL } from '../keys/pg-key-store';
+export {
+  PgKeyStore,
+  NOTIFY_CHANNEL,
+  type PgKeyStoreOptions,
+  type PgKeyStoreState,
+} from '../keys/pg-key-store';
 export {
   MAX_GRACE_SECONDS,
   SCHEMA_VERSION,

@@ -9,14 +9,13 @@ export {
   type LimiterRedisOptions,
   type LimiterRedisConnection,
 } from '../rate-limit/redis-client';
-export { DEFAULT_PREFIX, DEFAULT_WINDOW_MS, type LimiterRedis } from '../rate-limit/window';
-export {
+export type { LimiterRedis } from '../rate-limit/window';
+export type {
   RedisHealth,
-  type SharedStoreState,
-  type RateLimitState,
-  type RedisHealthOptions,
-  type RedisHealthEvents,
-  type RedisStatusSource,
+  SharedStoreState,
+  RedisHealthOptions,
+  RedisHealthEvents,
+  RedisStatusSource,
 } from '../rate-limit/redis-health';
 export { RedisUnavailableError, type RedisCommandClient } from '../rate-limit/redis-commands';
 export { RedisTimeoutError } from '../rate-limit/command-batch';

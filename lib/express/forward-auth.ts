@@ -8,7 +8,7 @@ import {
   InvalidRequestError,
   MethodNotAllowedError,
   NotFoundError,
-  type TollgateError,
+  TollgateError,
 } from '../errors';
 import {
   allowAnswer,
@@ -175,7 +175,7 @@ export function forwardAuthDoor(
       target: req.url.slice(EXT_AUTHZ.length),
       headersDistinct: req.headersDistinct,
     });
-    if (original instanceof InvalidRequestError) {
+    if (original instanceof TollgateError) {
       refuse(original);
       return;
     }

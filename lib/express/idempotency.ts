@@ -1,6 +1,6 @@
 import type { Response } from 'express';
 import type { IdempotencyClaim } from '../core/idempotency';
-import { TollgateError, UpstreamError } from '../errors';
+import { requestNeverSent, TollgateError } from '../errors';
 import type { StoredAnswer } from '../idempotency/answer';
 import { REPLAYED_HEADER } from '../idempotency/key';
 
@@ -58,12 +58,11 @@ export function recordAnswer(res: Response, claim: IdempotencyClaim): void {
     if (recorder.ending) return res;
     recorder.ending = true;
     keep(args[0], args[1]);
-    const settled =
-      recorder.error instanceof UpstreamError && !recorder.error.requestSent
-        ? claim.release()
-        : size > claim.maxAnswerBytes
-          ? claim.tooLarge(res.statusCode)
-          : claim.complete(answerOf(res, recorder.error, chunks));
+    const settled = requestNeverSent(recorder.error)
+      ? claim.release()
+      : size > claim.maxAnswerBytes
+        ? claim.tooLarge(res.statusCode)
+        : claim.complete(answerOf(res, recorder.error, chunks));
     const finish = (): void => {
       res.end = end as Response['end'];
       res.write = write as Response['write'];

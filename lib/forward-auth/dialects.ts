@@ -51,7 +51,7 @@ const MAX_TARGET_LENGTH = 8192;
 export function originalRequest(
   dialect: ForwardAuthDialect,
   request: AuthRequest,
-): OriginalRequest | InvalidRequestError {
+): OriginalRequest | TollgateError {
   switch (dialect) {
     case 'forward-auth':
       return described(
@@ -83,7 +83,7 @@ function described(
   method: string | undefined | null,
   target: string | undefined | null,
   what: string,
-): OriginalRequest | InvalidRequestError {
+): OriginalRequest | TollgateError {
   if (method === undefined || target === undefined || target === '') {
     return new InvalidRequestError(`The proxy must send ${what}`);
   }

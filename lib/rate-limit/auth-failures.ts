@@ -52,8 +52,11 @@ export interface AuthFailureLimiterOptions {
 export interface AuthFailureLimiter {
   /** Refuses (429) a request from an IP whose budget is spent, before anything is read. */
   readonly guard: BudgetMiddleware;
-  /** The refusal `guard` would pass on for this client now, or `undefined`. */
-  refusalFor(req: BudgetClient): RateLimitedError | undefined;
+  /**
+   * The refusal `guard` would pass on for this client now (`429 rate_limited`, a `TollgateError`),
+   * or `undefined`.
+   */
+  refusalFor(req: BudgetClient): TollgateError | undefined;
   /**
    * Runs `compare`, a synchronous credential check, under the request's IP budget: refuses with
    * `RateLimitedError` without calling it when the budget is spent, and counts a failure when it

@@ -6,11 +6,11 @@ import {
   expressServerOptions,
   generateKey,
   type KeyStore,
-  type LimiterRedis,
   notFound,
   TokenService,
   tollgate,
 } from '../../lib';
+import { type LimiterRedis } from '../../lib/entry/redis';
 import {
   authenticate,
   authenticateKeyPair,

@@ -10,12 +10,9 @@ import {
   ORDERS_LIMIT,
 } from '../../examples/mount-in-existing-app';
 import { generateKey, KeyRing, TokenService } from '../../lib';
-import { DEFAULT_AUTH_FAILURE_LIMIT } from '../../lib/entry/express';
-import {
-  createLimiterRedis,
-  DEFAULT_WINDOW_MS,
-  type LimiterRedisConnection,
-} from '../../lib/entry/redis';
+import { DEFAULT_AUTH_FAILURE_LIMIT } from '../../lib/rate-limit/auth-failures';
+import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/entry/redis';
+import { DEFAULT_WINDOW_MS } from '../../lib/rate-limit/window';
 import { createFixtures, type Fixtures, type TestKey, TOKEN_SECRET } from '../helpers/fixtures';
 import { childEnv, distScript, httpRequest, ROOT } from '../helpers/process';
 import {

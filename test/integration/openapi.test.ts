@@ -9,7 +9,8 @@ import {
   forwardAuthAnswerCheck,
 } from '../../gateway/openapi/answer-check';
 import { apiDescription, DOCUMENT_PATH } from '../../gateway/openapi/document';
-import { ERROR_CODES, InvalidRequestError } from '../../lib';
+import { ERROR_CODES } from '../../lib';
+import { InvalidRequestError } from '../../lib/errors';
 import { errorHandler } from '../../lib/entry/express';
 import { sha256 } from '../../lib/keys/key-store';
 import { expectErrorBody } from '../helpers/error-body';

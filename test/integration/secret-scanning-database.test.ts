@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { Pool } from 'pg';
 import { loadConfig } from '../../gateway/config';
 import { type RunningGateway, startGateway } from '../../gateway/start';
-import { PgKeyStore } from '../../lib';
+import { PgKeyStore } from '../../lib/entry/postgres';
 import { GATEWAY_LIMIT_SCOPES } from '../../gateway/keys-cli/limit-scopes';
 import { generateKey } from '../../lib/model/key-format';
 import { migrate } from '../../lib/keys/pg-schema';

@@ -178,7 +178,7 @@ console.log(JSON.stringify(entries));
   'entries.mjs': `
 const ENTRIES = ${JSON.stringify(PACKAGE_ENTRIES)};
 const entries = {};
-for (const entry of ENTRIES) entries[entry] = Object.keys(await import(entry)).filter((name) => name !== 'default').sort();
+for (const entry of ENTRIES) entries[entry] = Object.keys(await import(entry)).sort();
 console.log(JSON.stringify(entries));
 `,
   // Wrong calls a JavaScript user makes, each caught and printed as { label: message }; then one
@@ -463,15 +463,27 @@ describe('the packed kit, installed into fresh apps', () => {
       const root = required?.tollgate ?? [];
       expect(root.length).toBeLessThanOrEqual(40);
       expect(root).toEqual(
-        expect.arrayContaining(['tollgate', 'FileKeyStore', 'PgKeyStore', 'TokenService']),
+        expect.arrayContaining(['tollgate', 'FileKeyStore', 'KeyRing', 'TokenService']),
       );
       // Neither pg nor ioredis is installed here: no entry loads one before it is used. What moved
       // behind a subpath, or became internal, is not in the root.
-      for (const name of ['createGate', 'createLimiterRedis', 'authenticate', 'ADMIT_SCRIPT']) {
+      for (const name of [
+        'createGate',
+        'createLimiterRedis',
+        'PgKeyStore',
+        'authenticate',
+        'RateLimitedError',
+        'ADMIT_SCRIPT',
+      ]) {
         expect(root).not.toContain(name);
       }
       expect(required?.['tollgate/redis']).toContain('createLimiterRedis');
+      expect(required?.['tollgate/postgres']).toContain('PgKeyStore');
       expect(required?.['tollgate/core']).toContain('createGate');
+      // Each name in one entry; an ES module gets the named exports only, no untyped default.
+      const names = Object.values(required ?? {}).flat();
+      expect(names.filter((name, index) => names.indexOf(name) !== index)).toEqual([]);
+      expect(names).not.toContain('default');
     },
   );
 

@@ -5,9 +5,9 @@ import {
   InternalError,
   IpNotWhitelistedError,
   RateLimitedError,
-  UpstreamError,
 } from '../../lib/errors';
 
+import { UpstreamError } from '../../gateway/errors';
 /** What body-parser (through Express) passes to `next`: an error with `type`, `status` and `expose`. */
 function bodyParserError(type: string, status: number, message: string): Error {
   return Object.assign(new Error(message), {

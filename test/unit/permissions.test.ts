@@ -10,7 +10,7 @@ import {
   sha256,
   tollgate,
 } from '../../lib';
-import { permissionNames } from '../../lib/entry/core';
+import { permissionNames } from '../../lib/model/permissions';
 
 /**
  * Restricted keys: the vocabulary, a key's `permissions` in a keys document, and the

@@ -1,5 +1,6 @@
 import { DecisionHistory, HISTORY_MINUTES } from '../../../gateway/decision-history';
-import type { AuthContext, DecisionEvent, RequestFacts } from '../../../lib';
+import type { AuthContext, DecisionEvent } from '../../../lib';
+import type { RequestFacts } from '../../../lib/entry/core';
 import {
   AuthenticationError,
   InsufficientRoleError,

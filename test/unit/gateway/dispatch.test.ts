@@ -1,6 +1,6 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { decodedParameter, routeDispatch } from '../../../gateway/dispatch';
-import { InvalidRequestError, MethodNotAllowedError } from '../../../lib';
+import { InvalidRequestError, MethodNotAllowedError } from '../../../lib/errors';
 import { RouteTable } from '../../../lib/entry/core';
 import { series } from '../../../lib/entry/express';
 
