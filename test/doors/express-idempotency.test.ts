@@ -3,7 +3,14 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Express, RequestHandler } from 'express';
 import express5 from 'express';
-import { ConfigurationError, notFound, TokenService, type Tollgate, tollgate } from '../../lib';
+import {
+  ConfigurationError,
+  notFound,
+  TokenService,
+  type Tollgate,
+  tollgate,
+  TollgateError,
+} from '../../lib';
 import { createFixtures, type Fixtures, TOKEN_SECRET } from '../helpers/fixtures';
 import { captureLogs } from '../helpers/logs';
 
@@ -212,6 +219,20 @@ for (const major of MAJORS) {
         res.status(201).json({ made: true });
         next(new Error('an audit call failed after the answer'));
       });
+      // A handler that forwards the request itself: its first attempt could not connect.
+      const upstreamFailure = (requestSent: boolean): TollgateError =>
+        Object.assign(
+          new TollgateError(502, 'upstream_unavailable', 'The payments service is unavailable'),
+          { requestSent },
+        );
+      app.post('/not-sent', optional, (_req, res, next) => {
+        if (count('not-sent') === 1) next(upstreamFailure(false));
+        else res.status(201).json({ forwarded: true });
+      });
+      app.post('/sent', optional, (_req, res, next) => {
+        if (count('sent') === 1) next(upstreamFailure(true));
+        else res.status(201).json({ forwarded: true });
+      });
       app.post('/throws', optional, () => {
         count('throws');
         throw new Error('handler failed');
@@ -259,6 +280,33 @@ for (const major of MAJORS) {
         expectReplayed(first, retry);
         expect(calls[path.slice(1)]).toBe(1);
       }
+    });
+
+    it('releases the claim of a request whose error says it was never sent on: the retry runs', async () => {
+      const headers = as('level2', randomUUID());
+      expectError(
+        await call(port, { path: '/not-sent', headers, body: '{}' }),
+        502,
+        'upstream_unavailable',
+      );
+      const retry = await call(port, { path: '/not-sent', headers, body: '{}' });
+      expect({ status: retry.status, json: retry.json }).toEqual({
+        status: 201,
+        json: { forwarded: true },
+      });
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(calls['not-sent']).toBe(2);
+      // Perhaps sent (no `requestSent: false`): the answer is kept, the handler not run again.
+      const sent = as('level2', randomUUID());
+      expectError(
+        await call(port, { path: '/sent', headers: sent, body: '{}' }),
+        502,
+        'upstream_unavailable',
+      );
+      const again = await call(port, { path: '/sent', headers: sent, body: '{}' });
+      expectError(again, 502, 'upstream_unavailable');
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(calls.sent).toBe(1);
     });
 
     it('res.status(201).json(): the retry gets the same bytes, marked, and the handler ran once', async () => {
