@@ -40,9 +40,13 @@ export type { ReportLookups } from './reports';
  *
  * Nothing is read or changed before the signature verifies: a report that is unsigned, signed with
  * a key the programme does not list, or signed wrongly is a 401 that says the same in every case.
+ * A report whose signing key cannot be looked up because the programme's public keys cannot be
+ * read is a 503, for the programme to send it again rather than drop it.
  * A report sent again changes nothing new: a revoked key stays revoked (it answers
  * `false_positive`: it no longer works), a rolled key keeps the expiry its first report gave it,
- * and the replacement of a rolled key has another secret, which no old report names.
+ * and the replacement of a rolled key has another secret, which no old report names. A key is
+ * rolled once across instances: the database refuses a second roll of a key in its grace period.
+ * Looking a reported key up is not a use of it: its `last_used_at` is left as clients left it.
  */
 
 export type SecretScanningAction = 'revoke' | 'roll';
@@ -51,7 +55,8 @@ export type SecretScanningAction = 'revoke' | 'roll';
 export type KeyWriter = Pick<PgKeyStore, 'revoke' | 'roll'>;
 
 /** The database key store as the endpoint uses it: its writes, and lookups that are not a use. */
-export type ReportKeyStore = KeyWriter & Pick<PgKeyStore, 'peekBySecretKey' | 'findByPublishableKey'>;
+export type ReportKeyStore = KeyWriter &
+  Pick<PgKeyStore, 'peekBySecretKey' | 'findByPublishableKey'>;
 
 export interface SecretScanningOptions {
   readonly keys: VerificationKeys;
@@ -415,7 +420,7 @@ export function secretScanningRoute(options: SecretScanningRouteOptions): {
     } else {
       logger.error(
         { event: 'secret_scanning.keys_failed', reason: read.reason },
-        'secret scanning: the verification keys could not be read; reports signed with keys not yet known are refused',
+        'secret scanning: the verification keys could not be read; reports signed with keys not yet known are answered 503 until they are',
       );
     }
   });

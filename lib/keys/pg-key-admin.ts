@@ -1,7 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import { OWNER_ROLE, type Role } from '../core/roles';
-import { ConflictError, InvalidRequestError, KeyAlreadyRolledError, TollgateError } from '../errors';
+import {
+  ConflictError,
+  InvalidRequestError,
+  KeyAlreadyRolledError,
+  TollgateError,
+} from '../errors';
 import { sha256 } from './key-digest';
 import { generateKey, type KeyEnvironment } from './key-format';
 import * as rules from './key-rules';

@@ -280,7 +280,9 @@ describeWithPostgres('PostgreSQL key store', () => {
         other.roll('key_once', 300, { once: true }),
       ]);
       const made = rolls.filter((roll) => roll.status === 'fulfilled');
-      const refused = rolls.flatMap((roll) => (roll.status === 'rejected' ? [roll.reason] : []));
+      const refused = rolls.flatMap((roll) =>
+        roll.status === 'rejected' ? [roll.reason as unknown] : [],
+      );
       expect(made).toHaveLength(1);
       expect(refused).toHaveLength(1);
       expect(refused[0]).toBeInstanceOf(KeyAlreadyRolledError);
