@@ -194,7 +194,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   private built: BuiltRing | undefined;
   /** The version to read from again, after a build failed. */
   private rewindTo: bigint | undefined;
-  /** The keys used since the last flush: key id to the time of its last use (ms since the epoch). */
+  /** The keys used since the last flush: key id to the time of its last use (`performance.now()`). */
   private used = new Map<string, number>();
   private closed = false;
   private lastStatus: PgKeyStoreState['status'] | undefined;
@@ -620,25 +620,28 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
 
   /**
    * Writes `last_used_at` for the keys used since the last flush, in one UPDATE: each key's time of
-   * last use, never an earlier one over a later one another instance wrote.
+   * last use, never an earlier one over a later one another instance wrote. The time is sent as
+   * how long ago the use was, and placed on the database's clock, the one `revoked_at` is read
+   * from: a gateway whose clock is off cannot put a use after a revocation that followed it.
    */
   async flushLastUsed(): Promise<number> {
     if (this.used.size === 0) return 0;
     const used = this.used;
     this.used = new Map();
+    const now = performance.now();
     const ids = [...used.keys()];
-    const times = [...used.values()].map((at) => new Date(at).toISOString());
+    const ages = [...used.values()].map((at) => Math.max(0, now - at) / 1000);
     try {
       await this.pool.query(
-        `UPDATE keys SET last_used_at = greatest(keys.last_used_at, used.at)
-         FROM unnest($1::text[], $2::timestamptz[]) AS used(id, at) WHERE keys.id = used.id`,
-        [ids, times],
+        `UPDATE keys SET last_used_at = greatest(keys.last_used_at, now() - make_interval(secs => used.age))
+         FROM unnest($1::text[], $2::float8[]) AS used(id, age) WHERE keys.id = used.id`,
+        [ids, ages],
       );
       return ids.length;
     } catch {
       // Next time, each with the later of its two times of use.
       for (const [id, at] of used) {
-        if ((this.used.get(id) ?? 0) <= at) this.used.set(id, at);
+        if ((this.used.get(id) ?? Number.NEGATIVE_INFINITY) <= at) this.used.set(id, at);
       }
       return 0;
     }
@@ -772,7 +775,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   }
 
   private noteUse(record: KeyRecord | undefined): KeyRecord | undefined {
-    if (record !== undefined && !record.revoked) this.used.set(record.id, Date.now());
+    if (record !== undefined && !record.revoked) this.used.set(record.id, performance.now());
     return record;
   }
 }
