@@ -15,6 +15,6 @@ export {
   traceIds,
   TRACER_NAME,
 } from './core/tracing';
-export { isExpired } from './keys/key-record';
+export { isExpired } from './model/key-record';
 export { IDEMPOTENCY_OUTCOMES } from './core/idempotency';
 export { keepsAnswer, releaseAnswer } from './express/idempotency';

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
-import { OWNER_ROLE, type Role } from '../core/roles';
+import { OWNER_ROLE, type Role } from '../model/roles';
 import {
   ConflictError,
   InvalidRequestError,
@@ -8,11 +8,11 @@ import {
   TollgateError,
 } from '../errors';
 import { sha256 } from './key-digest';
-import { generateKey, type KeyEnvironment } from './key-format';
+import { generateKey, type KeyEnvironment } from '../model/key-format';
 import * as rules from './key-rules';
-import type { AccountLimits, LimitScopes } from './key-record';
+import type { AccountLimits, LimitScopes } from '../model/key-record';
 import { parseKeysDocument } from './keys-file';
-import { PERMISSIONS, permissionsOfMask } from '../core/permissions';
+import { PERMISSIONS, permissionsOfMask } from '../model/permissions';
 import type {
   AccountView,
   AccountWithKeys,

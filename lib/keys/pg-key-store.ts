@@ -9,11 +9,11 @@ import {
 } from '../options';
 import { KEY_STORE_LIMIT_OPTION_CHECKS } from './key-store';
 import type { Client, ClientConfig, Notification, Pool } from 'pg';
-import { IpWhitelist } from '../core/ip-whitelist';
+import { IpWhitelist } from '../model/ip-whitelist';
 import { requireOptional } from '../optional-module';
 import { InvalidRequestError } from '../errors';
-import type { Logger } from '../types';
-import type { KeyEnvironment } from './key-format';
+import type { Logger } from '../model/logger';
+import type { KeyEnvironment } from '../model/key-format';
 import type {
   AccountLimits,
   KeyDirectory,
@@ -21,7 +21,7 @@ import type {
   KeyRecord,
   KeyStore,
   LimitScopes,
-} from './key-record';
+} from '../model/key-record';
 import { type AccountRow, type KeyRow, LiveKeyRing, type RingChanges } from './live-key-ring';
 import { PackedKeyRing } from './packed-key-ring';
 import { type BuiltRing, buildRing } from './ring-build';
@@ -31,7 +31,7 @@ import {
   storedLimits,
   storedPermissions,
 } from './ring-sources';
-import { permissionNames, PermissionSets } from '../core/permissions';
+import { permissionNames, PermissionSets } from '../model/permissions';
 import * as admin from './pg-key-admin';
 import type {
   AccountView,

@@ -1,5 +1,5 @@
-import type { Role } from '../core/roles';
-import type { AccountLimits } from './key-record';
+import type { Role } from '../model/roles';
+import type { AccountLimits } from '../model/key-record';
 
 /** The shapes the database key store's write API takes and returns (no database types here). */
 

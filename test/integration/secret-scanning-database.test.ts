@@ -6,7 +6,7 @@ import { loadConfig } from '../../gateway/config';
 import { type RunningGateway, startGateway } from '../../gateway/start';
 import { PgKeyStore } from '../../lib';
 import { GATEWAY_LIMIT_SCOPES } from '../../gateway/keys-cli/limit-scopes';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { migrate } from '../../lib/keys/pg-schema';
 import { expectErrorBody } from '../helpers/error-body';
 import { TOKEN_SECRET } from '../helpers/fixtures';

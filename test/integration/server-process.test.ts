@@ -3,9 +3,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { sha256 } from '../../lib/keys/key-store';
-import { ROLES } from '../../lib/core/roles';
+import { ROLES } from '../../lib/model/roles';
 import { expectErrorBody } from '../helpers/error-body';
 import { findLeaks } from '../helpers/logs';
 import {

@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import express, { type ErrorRequestHandler } from 'express';
 import type { KeyRecord } from '../../../lib';
-import { generateKey } from '../../../lib/keys/key-format';
+import { generateKey } from '../../../lib/model/key-format';
 import type { GatewayMetrics } from '../../../gateway/metrics';
 import {
   type KeyWriter,
