@@ -32,6 +32,7 @@ export {
   MethodNotAllowedError,
   ForbiddenOriginError,
   ConflictError,
+  KeyAlreadyRolledError,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
   IdempotencyKeyInUseError,
