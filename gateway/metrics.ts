@@ -26,7 +26,8 @@ import type { KeyStoreStatus, UpstreamState } from './readiness';
 /** How a decision ended: `would_refuse` is allowed, with a rule in shadow mode that would refuse. */
 export type DecisionOutcome = 'allowed' | 'refused' | 'limited' | 'would_refuse';
 
-export type UpstreamErrorKind = 'unavailable' | 'timeout';
+export const UPSTREAM_ERROR_KINDS = ['unavailable', 'timeout'] as const;
+export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number];
 
 export interface MetricsSources {
   /** The limit scopes, for the per-scope limiter state. */
@@ -215,6 +216,8 @@ export class GatewayMetrics {
       labelNames: ['kind'],
       registers,
     });
+    // Served from 0, so that the first failures show as an increase.
+    for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.labels(kind).inc(0);
     new Gauge({
       name: 'tollgate_upstream_up',
       help: 'Whether the readiness probe of the upstream got an answer (1) or not (0)',
