@@ -9,6 +9,7 @@ export {
   ConflictError,
   InternalError,
   InvalidRequestError,
+  KeyAlreadyRolledError,
   NotFoundError,
   PayloadTooLargeError,
   UnsupportedMediaTypeError,
@@ -16,6 +17,7 @@ export {
 export { parseCidrEntry } from './model/ip-address';
 export { parseRole } from './model/roles';
 export { keyPrefixType, keyShape } from './model/key-format';
+export { editDistance } from './options';
 export { HEADER_NAME_PATTERN } from './core/credentials';
 export { DEFAULT_TOKEN_TTL_SECONDS, MIN_TOKEN_SECRET_BYTES } from './tokens/tokens';
 export { parseHostPort } from './rate-limit/redis-client';

@@ -1,7 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import { OWNER_ROLE, type Role } from '../model/roles';
-import { ConflictError, InvalidRequestError, TollgateError } from '../errors';
+import {
+  ConflictError,
+  InvalidRequestError,
+  KeyAlreadyRolledError,
+  TollgateError,
+} from '../errors';
 import { sha256 } from './key-digest';
 import { generateKey, type KeyEnvironment } from '../model/key-format';
 import * as rules from './key-rules';
@@ -388,6 +393,13 @@ export async function roll(
     const time = onlyRow(now).now.getTime();
     if (old.expires_at !== null && old.expires_at.getTime() <= time) {
       throw new ConflictError(`Key "${id}" has expired: roll refused`);
+    }
+    if (
+      options.once === true &&
+      old.expires_at !== null &&
+      old.expires_at.getTime() <= time + graceSeconds * 1000
+    ) {
+      throw new KeyAlreadyRolledError(id);
     }
     const key = await insertNewKey(
       client,

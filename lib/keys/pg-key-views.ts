@@ -55,6 +55,12 @@ export interface KeyChanges {
 export interface RollOptions {
   /** The new key's id; a fresh one when absent. */
   readonly id?: unknown;
+  /**
+   * `true`: refuse with `KeyAlreadyRolledError` (409) when the key already expires within
+   * `graceSeconds`, as a key rolled already does. Checked with the key's row locked, so of several
+   * such rolls of one key at once, from any instances, exactly one makes a replacement.
+   */
+  readonly once?: boolean;
 }
 
 /** A keys document (`{"accounts": [...]}`), as the keys file holds it. */
