@@ -18,7 +18,7 @@ export function traceRequest(
   if (existing !== undefined) return existing;
   // Tracing off: nothing is built for the request, not even the description of it.
   if (kitTracer() === undefined) return undefined;
-  if (untracedPaths !== undefined && untracedPaths.has(req.path)) return undefined;
+  if (untracedPaths?.has(req.path) === true) return undefined;
   const requestSpan = startRequestSpan(
     {
       method: req.method,
