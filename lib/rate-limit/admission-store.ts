@@ -142,6 +142,15 @@ export interface CounterRequest {
   readonly limit: number;
   /** `false` for a scope in shadow mode: counted, but its refusal refuses nothing. */
   readonly enforced: boolean;
+  /**
+   * The request is something that already happened (a credential compared and found wrong), not
+   * one asking to go ahead: a rolling counter in Redis records it even when it has no room, in
+   * place of its oldest admission, and it is always sent to Redis, never refused from memory. A
+   * failure that was compared counts against the window whatever the count was, so an instance
+   * that compared one blind (before it knew the budget spent) cannot compare another in the same
+   * window for that key.
+   */
+  readonly countWhenFull?: boolean | undefined;
 }
 
 export interface AdmissionOutcome {
@@ -375,6 +384,7 @@ export class AdmissionStore {
       const request = requests[i];
       const reading = readings[i];
       if (request === undefined || reading === undefined || !request.enforced) continue;
+      if (request.countWhenFull === true) continue;
       const until = request.counter.fullUntil(request.key, request.limit);
       if (until === undefined) continue;
       reading.count = request.limit + 1;
@@ -416,10 +426,11 @@ export class AdmissionStore {
     for (const request of requests) {
       const { counter } = request;
       if (withLimits) {
+        const always = request.countWhenFull === true && counter.rolling ? 'a' : '';
         args.push(
           String(request.limit),
           counter.windowArg,
-          request.enforced ? `e${counter.flags}` : counter.flags,
+          `${request.enforced ? 'e' : ''}${counter.flags}${always}`,
         );
       } else {
         args.push(counter.windowArg, counter.flags);

@@ -201,10 +201,13 @@ export function authFailureLimiterOn(
   const tellFleet = (counters: LocalCounters, key: string): void => {
     // A failure to tell is the engine's to degrade (it counts locally then); the wait ends either
     // way (the command timeout of the kit's Redis client bounds it).
-    const told = store.admit([{ counter: counters, key, limit, enforced: true }]).then(
-      () => undefined,
-      () => undefined,
-    );
+    // The failure was compared: Redis records it even when the budget is already spent there.
+    const told = store
+      .admit([{ counter: counters, key, limit, enforced: true, countWhenFull: true }])
+      .then(
+        () => undefined,
+        () => undefined,
+      );
     pending.set(key, told);
     void told.then(() => {
       if (pending.get(key) === told) pending.delete(key);
