@@ -22,7 +22,9 @@ import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
  * All-or-nothing admission over several counters, each a rolling or a fixed window of its own
  * length (see `admission-scripts.ts`): a request is admitted only if every enforced counter it
  * meets has room, and then counts once in each; a refused request counts nowhere, so every
- * counter holds exactly the requests it admitted.
+ * counter holds exactly the requests it admitted. The exception is an event that has already
+ * happened (`countWhenFull`, a failed credential comparison), which Redis records in its rolling
+ * counter whether or not it had room.
  *
  * - In Redis: one script call (`EVALSHA`, `EVAL` once after `NOSCRIPT`) per request, through the
  *   limiter's `CommandBatch`, so the commands of one event-loop turn still leave in one socket

@@ -25,7 +25,9 @@ import { SHARED_COUNTER_OPTION_CHECKS } from './tollgate-store';
  * nothing. With a shared Redis each failure is told to Redis afterwards, so the failures of every
  * instance count together, and until Redis has answered, the IP's next attempt on this instance
  * waits (`queueAttempt()`): an instance compares a credential only knowing every failure it told
- * Redis before, so N instances compare at most N - 1 more than the limit per IP and window.
+ * Redis before, so N instances compare at most N - 1 more than the limit per IP and window. Redis
+ * counts a failure compared over the limit too (an instance compared it before it knew the budget
+ * spent): it was compared, so it must fill every span of one window that holds it.
  *
  * Mount `guard` before the body is read (a cheap early refusal), pass the limiter to
  * `authenticate()` / `authenticateKeyPair()` (option `authFailures`), and mount `recordFailure` as
