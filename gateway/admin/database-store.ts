@@ -1,5 +1,5 @@
 import type { RequestHandler } from 'express';
-import { type PgKeyStore, TollgateError } from '../../lib';
+import { type Logger, type PgKeyStore, TollgateError } from '../../lib';
 import type { AccountView as StoredAccount } from '../../lib/entry/postgres';
 import type { StoreAction } from './routes';
 import { type AdminRequest, fieldsOf, pathId, requireField } from './validation';
@@ -30,9 +30,75 @@ export class DatabaseUnavailableError extends TollgateError {
   }
 }
 
-/** A refusal as it was made, or any other failure as the database being out of reach. */
-export function asAdminError(error: unknown): TollgateError {
-  return error instanceof TollgateError ? error : new DatabaseUnavailableError();
+/** PostgreSQL's classes of failures of reach: connection (08), resources (53). */
+const UNAVAILABLE_CLASSES = ['08', '53'];
+/** Shutting down or starting (57P01 to 57P05), or a statement cancelled at its time limit. */
+const UNAVAILABLE_CODES = /^(57P0\d|57014)$/;
+/** Node's codes for a connection that could not be made or was lost. */
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EPIPE',
+]);
+/** The client library's own failures of reach, which carry no code. */
+const NETWORK_MESSAGES =
+  /^(Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error)/;
+
+/**
+ * Whether `error` says the database could not be reached or could not serve now. Read by shape, not
+ * by class: Node's own errors (a refused connection) may come from another realm than this code's.
+ */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const { code, message, errors } = error as {
+    code?: unknown;
+    message?: unknown;
+    errors?: unknown;
+  };
+  // A connection tried on several addresses fails with all of their failures.
+  if (Array.isArray(errors) && errors.length > 0 && code === undefined) {
+    return errors.every(isDatabaseUnavailable);
+  }
+  if (typeof code === 'string') {
+    if (/^[0-9A-Z]{5}$/.test(code)) {
+      return UNAVAILABLE_CLASSES.includes(code.slice(0, 2)) || UNAVAILABLE_CODES.test(code);
+    }
+    return NETWORK_CODES.has(code);
+  }
+  return typeof message === 'string' && NETWORK_MESSAGES.test(message);
+}
+
+/**
+ * The failure's class, for the log as the error handler writes it: its class name and code, never
+ * its message (it may hold a URL or a value).
+ */
+function faultClass(error: unknown): { name: string; code?: string } {
+  if (typeof error !== 'object' || error === null) return { name: typeof error };
+  const { name, code } = error as { name?: unknown; code?: unknown };
+  // The client library names every server error "error": its class says more.
+  const shown =
+    typeof name !== 'string' ? 'unknown' : name === 'error' ? error.constructor.name : name;
+  return typeof code === 'string' ? { name: shown, code } : { name: shown };
+}
+
+/**
+ * A write's failure as it is answered: a refusal as it was made; a database out of reach as
+ * `503 upstream_unavailable`, logged with its class; anything else as it is, for the error handler
+ * to answer `500 internal_error` and log with its class.
+ */
+export function asAdminError(error: unknown, logger: Logger): unknown {
+  if (error instanceof TollgateError) return error;
+  if (!isDatabaseUnavailable(error)) return error;
+  logger.error(
+    { event: 'admin.database_unavailable', error: faultClass(error) },
+    'the key database could not be reached: the change was not made',
+  );
+  return new DatabaseUnavailableError();
 }
 
 /**
@@ -40,7 +106,10 @@ export function asAdminError(error: unknown): TollgateError {
  * misspelt field must not be silently ignored), calls the store, which validates the values with
  * the keys file's rules and answers once the change is in force here, and renders the result.
  */
-export function databaseHandlers(manager: KeyManager): Record<StoreAction, RequestHandler> {
+export function databaseHandlers(
+  manager: KeyManager,
+  logger: Logger,
+): Record<StoreAction, RequestHandler> {
   const run =
     (
       status: number,
@@ -60,7 +129,7 @@ export function databaseHandlers(manager: KeyManager): Record<StoreAction, Reque
           res.status(status).json(result);
         },
         (error: unknown) => {
-          next(asAdminError(error));
+          next(asAdminError(error, logger));
         },
       );
     };

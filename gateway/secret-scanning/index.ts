@@ -12,7 +12,7 @@ import {
 import { createRateLimiter, series } from '../../lib/entry/express';
 import type { RouteTableEntry } from '../../lib/entry/core';
 import type { SecretScanningConfig } from '../config';
-import { DatabaseUnavailableError } from '../admin/database-store';
+import { asAdminError } from '../admin/database-store';
 import type { GatewayMetrics } from '../metrics';
 import {
   type Finding,
@@ -227,7 +227,7 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
         (error: unknown): Outcome => {
           // Revoked or expired by someone else since it was looked up: nothing left to do.
           if (error instanceof ConflictError) return { action: 'gone' };
-          throw error instanceof TollgateError ? error : new DatabaseUnavailableError();
+          throw asAdminError(error, logger);
         },
       )
       .finally(() => writes.delete(keyId));

@@ -110,7 +110,7 @@ function limitsParameter(value: unknown, account: string, scopes: LimitScopes): 
  */
 function permissionsParameter(
   value: unknown,
-  key: string,
+  key: string | undefined,
   names: readonly string[],
 ): string[] | null {
   const mask = rules.keyPermissions(value, 'permissions', key, names, invalid);
@@ -132,9 +132,7 @@ function expiryInput(value: unknown, now: number): number | undefined {
   if (value === undefined || value === null) return undefined;
   const time =
     typeof value === 'number'
-      ? Number.isSafeInteger(value)
-        ? value
-        : invalid('expires_at', 'must be a whole number of ms since the epoch')
+      ? rules.expiryTime(value, 'expires_at', invalid)
       : rules.expiresAt(value, 'expires_at', invalid);
   if (time !== undefined && time <= now) invalid('expires_at', 'must be in the future');
   return time;
@@ -176,6 +174,10 @@ function translate(error: unknown): unknown {
     return new ConflictError(`The ${field} is already in use`);
   }
   if (code === '23514') return new InvalidRequestError(`Refused by ${constraint ?? 'a check'}`);
+  // A data exception: a value the rules above let through and the column cannot hold.
+  if (typeof code === 'string' && code.startsWith('22')) {
+    return new InvalidRequestError('A value does not fit the key database');
+  }
   return error;
 }
 
@@ -206,8 +208,10 @@ function onlyRow<T>(result: { rows: T[] }): T {
   return row;
 }
 
+/** An id to look up: one no account or key can have (the rules refuse it) is not found. */
 function lookupId(value: unknown, what: 'account' | 'key'): string {
   if (typeof value !== 'string') invalid(`${what} id`, 'must be a string');
+  if (!rules.ID_PATTERN.test(value)) throw notFound(what, value.slice(0, 64));
   return value;
 }
 
@@ -315,7 +319,12 @@ export async function createKey(
   const id = options.id === undefined ? newKeyId() : rules.identifier(options.id, 'id', invalid);
   const role = options.role === undefined ? OWNER_ROLE : rules.role(options.role, 'role', invalid);
   const expiresAt = expiryInput(options.expiresAt, Date.now());
-  const permissions = permissionsParameter(options.permissions ?? null, id, names);
+  // A made-up id is not named in a fault: the caller never saw it.
+  const permissions = permissionsParameter(
+    options.permissions ?? null,
+    options.id === undefined ? undefined : id,
+    names,
+  );
   return inTransaction(pool, async (client) => {
     await accountRow(client, account);
     return insertNewKey(
