@@ -18,3 +18,4 @@ export {
 export { isExpired } from './keys/key-record';
 export { IDEMPOTENCY_OUTCOMES } from './core/idempotency';
 export { keepsAnswer, releaseAnswer } from './express/idempotency';
+export { planRoll } from './keys/key-roll';

@@ -29,7 +29,7 @@ import type {
  * expired key, a 409 `conflict`. Values only ever reach SQL as parameters.
  */
 
-import { MAX_GRACE_SECONDS } from './pg-key-views';
+import { isGraceSeconds, MAX_GRACE_SECONDS, planRoll } from './key-roll';
 
 const invalid: rules.Fail = (where, problem) => {
   throw new InvalidRequestError(`${where}: ${problem}`);
@@ -373,6 +373,10 @@ export async function updateKey(
   });
 }
 
+/**
+ * Rolls a key (key-roll.ts): its row is locked first, so of two rolls of one key at once the
+ * second waits for the first, then finds the deadline it gave and is refused (409).
+ */
 export async function roll(
   pool: Pool,
   keyId: unknown,
@@ -381,22 +385,26 @@ export async function roll(
   environment: KeyEnvironment,
 ): Promise<RollResult> {
   const id = lookupId(keyId, 'key');
-  if (
-    typeof graceSeconds !== 'number' ||
-    !Number.isInteger(graceSeconds) ||
-    graceSeconds < 0 ||
-    graceSeconds > MAX_GRACE_SECONDS
-  ) {
+  if (typeof graceSeconds !== 'number' || !isGraceSeconds(graceSeconds)) {
     invalid('grace_seconds', `must be a whole number from 0 to ${MAX_GRACE_SECONDS}`);
   }
   const newId = options.id === undefined ? newKeyId() : rules.identifier(options.id, 'id', invalid);
   return inTransaction(pool, async (client) => {
     const old = await keyRow(client, id, true);
-    if (old.revoked_at !== null) throw new ConflictError(`Key "${id}" is revoked: roll refused`);
-    const now = await client.query<{ now: Date }>('SELECT now() AS now');
-    const time = onlyRow(now).now.getTime();
-    if (old.expires_at !== null && old.expires_at.getTime() <= time) {
-      throw new ConflictError(`Key "${id}" has expired: roll refused`);
+    // The time once the row is ours, not the transaction's start: a roll that waited for another
+    // must see that one's deadline as already within its own grace.
+    const now = await client.query<{ now: Date }>('SELECT clock_timestamp() AS now');
+    const plan = planRoll(
+      { revoked: old.revoked_at !== null, expiresAt: old.expires_at?.getTime() },
+      graceSeconds,
+      onlyRow(now).now.getTime(),
+    );
+    if (plan.kind === 'revoked') throw new ConflictError(`Key "${id}" is revoked: roll refused`);
+    if (plan.kind === 'expired') throw new ConflictError(`Key "${id}" has expired: roll refused`);
+    if (plan.kind === 'rolled') {
+      throw new ConflictError(
+        `Key "${id}" is already rolled: it stops working at ${new Date(plan.expiresAt).toISOString()}, within the grace; roll refused`,
+      );
     }
     const key = await insertNewKey(
       client,
@@ -411,9 +419,8 @@ export async function roll(
       environmentOf(old.publishable_key) ?? environment,
     );
     const updated = await client.query<KeyRowSql>(
-      `UPDATE keys SET expires_at = LEAST(expires_at, now() + make_interval(secs => $2))
-       WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
-      [id, graceSeconds],
+      `UPDATE keys SET expires_at = $2 WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
+      [id, new Date(plan.deadline)],
     );
     return { key, previous: keyView(onlyRow(updated)) };
   });

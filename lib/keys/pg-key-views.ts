@@ -3,7 +3,7 @@ import type { AccountLimits } from './key-record';
 
 /** The shapes the database key store's write API takes and returns (no database types here). */
 
-export const MAX_GRACE_SECONDS = 604_800;
+export { MAX_GRACE_SECONDS } from './key-roll';
 
 export interface AccountView {
   readonly id: string;

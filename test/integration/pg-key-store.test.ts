@@ -196,14 +196,43 @@ describeWithPostgres('PostgreSQL key store', () => {
       expect(deadline).toBeGreaterThanOrEqual(before + 59_000);
       expect(deadline).toBeLessThanOrEqual(Date.now() + 61_000);
       expect(store.findById('key_roll')?.expiresAt).toBe(deadline);
-      // A longer grace never extends an earlier deadline.
-      await store.roll('key_roll', 600);
+      // Rolled already: a second roll, whose grace would not shorten the deadline, is refused.
+      await expect(store.roll('key_roll', 600)).rejects.toEqual(
+        expectError(
+          409,
+          /^Key "key_roll" is already rolled: it stops working at .*; roll refused$/,
+        ),
+      );
       expect(store.findById('key_roll')?.expiresAt).toBe(deadline);
       // grace 0: expired now, and a second roll is refused.
       await store.roll('key_roll', 0);
       await expect(store.roll('key_roll', 10)).rejects.toThrow(/has expired: roll refused/);
       await store.revoke(key.id);
       await expect(store.roll(key.id, 10)).rejects.toBeInstanceOf(ConflictError);
+    });
+
+    it('rolls a key once: of two rolls at once on two instances, one makes a replacement, the other is refused', async () => {
+      const url = await migrated(server, 'writes_twice');
+      const first = await open(url);
+      const other = await open(url);
+      await first.createAccount('acct_twice');
+      for (let round = 0; round < 5; round += 1) {
+        const id = `key_twice_${String(round)}`;
+        await first.createKey('acct_twice', { id });
+        const results = await Promise.allSettled([first.roll(id, 3600), other.roll(id, 3600)]);
+        const made = results.filter((result) => result.status === 'fulfilled');
+        const refused = results.filter((result) => result.status === 'rejected');
+        expect(made).toHaveLength(1);
+        expect(refused.map((result) => result.reason as unknown)).toEqual([
+          expectError(409, /is already rolled/),
+        ]);
+      }
+      // Five keys, each with exactly one replacement.
+      const keys = (await first.listAccounts()).find(
+        (account) => account.id === 'acct_twice',
+      )?.keys;
+      expect(keys).toHaveLength(10);
+      expect(keys?.filter((key) => key.expiresAt === null)).toHaveLength(5);
     });
 
     it('refuses bad input with a 400 naming the field, and unknown ids with a 404', async () => {
