@@ -19,3 +19,14 @@ export { isExpired } from './keys/key-record';
 export { IDEMPOTENCY_OUTCOMES } from './core/idempotency';
 export { keepsAnswer, releaseAnswer } from './express/idempotency';
 export { planRoll } from './keys/key-roll';
+export {
+  accountLimits,
+  expiresAt,
+  expiryTime,
+  type Fail,
+  identifier,
+  ipWhitelist,
+  keyPermissions,
+  role,
+} from './keys/key-rules';
+export { isGraceSeconds, MAX_GRACE_SECONDS } from './keys/key-roll';

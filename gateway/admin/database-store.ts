@@ -2,23 +2,33 @@ import type { RequestHandler } from 'express';
 import { type Logger, type PgKeyStore, TollgateError } from '../../lib';
 import type { AccountView as StoredAccount } from '../../lib/entry/postgres';
 import type { StoreAction } from './routes';
-import { type AdminRequest, fieldsOf, pathId, requireField } from './validation';
+import {
+  accountIdField,
+  type AdminRequest,
+  expiresAtField,
+  fieldsOf,
+  graceSecondsField,
+  limitsField,
+  pathId,
+  permissionsField,
+  requireField,
+  roleField,
+  type Vocabulary,
+  whitelistField,
+} from './validation';
+import type { KeyAdmin } from '../../lib/entry/postgres';
 import { accountAnswer, keyAnswer, listedAccountAnswer, newKeyAnswer } from './views';
 
-/** What the admin routes need of a key store that takes writes (the database store). */
+/**
+ * What the admin routes need of a key store that takes writes (the database store): the typed key
+ * administration, its reads, and what its `limits` and `permissions` may name.
+ */
 export type KeyManager = Pick<
-  PgKeyStore,
-  | 'listAccounts'
-  | 'findAccount'
-  | 'createAccount'
-  | 'setIpWhitelist'
-  | 'setLimits'
-  | 'createKey'
-  | 'setRole'
-  | 'updateKey'
-  | 'roll'
-  | 'revoke'
->;
+  KeyAdmin,
+  'createAccount' | 'setIpWhitelist' | 'setLimits' | 'createKey' | 'updateKey' | 'roll' | 'revoke'
+> &
+  Pick<PgKeyStore, 'listAccounts' | 'findAccount'> &
+  Vocabulary;
 
 /** The database did not answer: the write may be retried; nothing half-done stays (one transaction). */
 export class DatabaseUnavailableError extends TollgateError {
@@ -47,7 +57,7 @@ const NETWORK_CODES = new Set([
 ]);
 /** The client library's own failures of reach, which carry no code. */
 const NETWORK_MESSAGES =
-  /^(Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error)/;
+  /^(Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error)/i;
 
 /**
  * Whether `error` says the database could not be reached or could not serve now. Read by shape, not
@@ -147,39 +157,54 @@ export function databaseHandlers(
     'accounts.list': run(200, [], async () => ({
       accounts: (await manager.listAccounts()).map(listedAccountAnswer),
     })),
-    'accounts.create': run(201, ['id', 'ip_whitelist', 'limits'], async ({ body }) =>
-      accountAnswer(
-        await manager.createAccount(body.id, body.ip_whitelist ?? undefined, body.limits),
-      ),
-    ),
+    'accounts.create': run(201, ['id', 'ip_whitelist', 'limits'], async ({ body }) => {
+      const id = accountIdField(body.id);
+      const whitelist = whitelistField(body.ip_whitelist, 'ip_whitelist');
+      return accountAnswer(
+        await manager.createAccount(id, whitelist, limitsField(body.limits, id, manager)),
+      );
+    }),
     'accounts.set_ip_whitelist': setting(
       'entries',
       'a list of addresses and ranges, or null to lift the restriction',
-      (id, entries) => manager.setIpWhitelist(id, entries),
+      (id, entries) => manager.setIpWhitelist(id, whitelistField(entries, 'entries')),
     ),
     'accounts.set_limits': setting(
       'limits',
       'an object of scope name to requests per minute, or null for the defaults',
-      (id, limits) => manager.setLimits(id, limits),
+      (id, limits) => manager.setLimits(id, limitsField(limits, id, manager)),
     ),
-    'keys.create': run(201, ['role', 'id', 'expires_at', 'permissions'], async ({ id, body }) =>
-      newKeyAnswer(
+    'keys.create': run(201, ['role', 'id', 'expires_at', 'permissions'], async ({ id, body }) => {
+      const keyId = body.id === undefined ? undefined : identifier(body.id);
+      return newKeyAnswer(
         await manager.createKey(id, {
-          role: body.role,
-          id: body.id,
-          expiresAt: body.expires_at,
-          permissions: body.permissions,
+          ...(body.role === undefined ? {} : { role: roleField(body.role) }),
+          ...(keyId === undefined ? {} : { id: keyId }),
+          expiresAt: expiresAtField(body.expires_at),
+          permissions: permissionsField(body.permissions, keyId, manager),
+        }),
+      );
+    }),
+    // The role, the permissions (null lifts them), or both in one write.
+    'keys.update': run(200, ['role', 'permissions'], async ({ id, body }) =>
+      keyAnswer(
+        await manager.updateKey(id, {
+          ...(body.role === undefined ? {} : { role: roleField(body.role) }),
+          ...(body.permissions === undefined
+            ? {}
+            : { permissions: permissionsField(body.permissions, id, manager) }),
         }),
       ),
     ),
-    // The role, the permissions (null lifts them), or both in one write.
-    'keys.update': run(200, ['role', 'permissions'], async ({ id, body }) =>
-      keyAnswer(await manager.updateKey(id, body)),
-    ),
     'keys.roll': run(201, ['grace_seconds'], async ({ id, body }) => {
-      const rolled = await manager.roll(id, body.grace_seconds);
+      const rolled = await manager.roll(id, graceSecondsField(body.grace_seconds));
       return { ...newKeyAnswer(rolled.key), previous: keyAnswer(rolled.previous) };
     }),
     'keys.revoke': run(200, [], async ({ id }) => keyAnswer(await manager.revoke(id))),
   };
+}
+
+/** A key id given in a body: the same rule as an account's. */
+function identifier(value: unknown): string {
+  return accountIdField(value);
 }

@@ -5,12 +5,12 @@ import {
   type LimiterRedis,
   type Logger,
   PayloadTooLargeError,
-  type PgKeyStore,
   TollgateError,
   InvalidRequestError,
 } from '../../lib';
 import { createRateLimiter, series } from '../../lib/entry/express';
 import type { RouteTableEntry } from '../../lib/entry/core';
+import type { KeyAdmin } from '../../lib/entry/postgres';
 import type { SecretScanningConfig } from '../config';
 import { asAdminError } from '../admin/database-store';
 import type { GatewayMetrics } from '../metrics';
@@ -46,7 +46,7 @@ export { VerificationKeys, type VerificationKeySources } from './verification-ke
 export type SecretScanningAction = 'revoke' | 'roll';
 
 /** The writes the endpoint makes: the database key store's. */
-export type KeyWriter = Pick<PgKeyStore, 'revoke' | 'roll'>;
+export type KeyWriter = Pick<KeyAdmin, 'revoke' | 'roll'>;
 
 export interface SecretScanningOptions {
   readonly keys: VerificationKeys;

@@ -23,8 +23,9 @@ import type {
 /**
  * The writes of the database key store, each one transaction. The schema's triggers
  * give every changed row a new version and announce it by NOTIFY, so every instance applies it.
- * Every input passes the keys file's rules; a fault is an `InvalidRequestError` (400
- * `invalid_request`) naming the field as the admin API spells it (`ip_whitelist[1]: …`). An
+ * Every input passes the keys file's rules, typed or not (a caller in plain JavaScript is not held
+ * by the types); a fault is an `InvalidRequestError` (400 `invalid_request`) naming the parameter
+ * as `KeyAdmin` (key-admin.ts) spells it (`ipWhitelist[1]: …`, `graceSeconds: …`). An
  * account or key that does not exist is a 404 `not_found`; a duplicate, or a roll of a revoked or
  * expired key, a 409 `conflict`. Values only ever reach SQL as parameters.
  */
@@ -132,9 +133,11 @@ function expiryInput(value: unknown, now: number): number | undefined {
   if (value === undefined || value === null) return undefined;
   const time =
     typeof value === 'number'
-      ? rules.expiryTime(value, 'expires_at', invalid)
-      : rules.expiresAt(value, 'expires_at', invalid);
-  if (time !== undefined && time <= now) invalid('expires_at', 'must be in the future');
+      ? rules.expiryTime(value, 'expiresAt', invalid)
+      : value instanceof Date
+        ? rules.expiryTime(value.getTime(), 'expiresAt', invalid)
+        : rules.expiresAt(value, 'expiresAt', invalid);
+  if (time !== undefined && time <= now) invalid('expiresAt', 'must be in the future');
   return time;
 }
 
@@ -223,7 +226,7 @@ export async function createAccount(
   scopes: LimitScopes = {},
 ): Promise<AccountView> {
   const accountId = rules.identifier(id, 'id', invalid);
-  const entries = whitelistEntries(ipWhitelist, 'ip_whitelist');
+  const entries = whitelistEntries(ipWhitelist, 'ipWhitelist');
   const overrides = limitsParameter(limits ?? null, accountId, scopes);
   return inTransaction(pool, async (client) => {
     const result = await client.query<AccountRowSql>(
@@ -336,7 +339,7 @@ export async function createKey(
 }
 
 export async function setRole(pool: Pool, keyId: unknown, role: unknown): Promise<KeyView> {
-  return updateKey(pool, keyId, { role });
+  return updateKey(pool, keyId, { role: role as Role });
 }
 
 /**
@@ -386,7 +389,7 @@ export async function roll(
 ): Promise<RollResult> {
   const id = lookupId(keyId, 'key');
   if (typeof graceSeconds !== 'number' || !isGraceSeconds(graceSeconds)) {
-    invalid('grace_seconds', `must be a whole number from 0 to ${MAX_GRACE_SECONDS}`);
+    invalid('graceSeconds', `must be a whole number from 0 to ${MAX_GRACE_SECONDS}`);
   }
   const newId = options.id === undefined ? newKeyId() : rules.identifier(options.id, 'id', invalid);
   return inTransaction(pool, async (client) => {

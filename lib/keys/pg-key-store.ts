@@ -11,7 +11,6 @@ import { KEY_STORE_LIMIT_OPTION_CHECKS } from './key-store';
 import type { Client, ClientConfig, Notification, Pool } from 'pg';
 import { IpWhitelist } from '../core/ip-whitelist';
 import { requireOptional } from '../optional-module';
-import { InvalidRequestError } from '../errors';
 import type { Logger } from '../types';
 import type { KeyEnvironment } from './key-format';
 import type {
@@ -33,6 +32,8 @@ import {
 } from './ring-sources';
 import { permissionNames, PermissionSets } from '../core/permissions';
 import * as admin from './pg-key-admin';
+import type { KeyAdmin } from './key-admin';
+import type { Role } from '../core/roles';
 import type {
   AccountView,
   AccountWithKeys,
@@ -159,7 +160,7 @@ const PG_KEY_STORE_OPTION_CHECKS: OptionChecks<PgKeyStoreOptions> = {
   queryTimeoutMs: wholeNumber(1),
 };
 
-export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
+export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness, KeyAdmin {
   private ring = new LiveKeyRing();
   private loaded = false;
   private readonly connectionString: string;
@@ -651,49 +652,51 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
 
   // The write API (see pg-key-admin.ts). Each resolves once the change is in this instance's ring.
 
-  createAccount(id: unknown, ipWhitelist?: unknown, limits?: unknown): Promise<AccountView> {
+  createAccount(
+    id: string,
+    ipWhitelist?: readonly string[] | null,
+    limits?: Readonly<Record<string, number>> | null,
+  ): Promise<AccountView> {
     return this.written(admin.createAccount(this.pool, id, ipWhitelist, limits, this.limitScopes));
   }
 
   /** Sets an account's limit overrides; `null` puts every scope back at its default. */
-  setLimits(accountId: unknown, limits: unknown): Promise<AccountView> {
+  setLimits(
+    accountId: string,
+    limits: Readonly<Record<string, number>> | null,
+  ): Promise<AccountView> {
     return this.written(admin.setLimits(this.pool, accountId, limits, this.limitScopes));
   }
 
-  setIpWhitelist(accountId: unknown, entries: unknown): Promise<AccountView> {
+  setIpWhitelist(accountId: string, entries: readonly string[] | null): Promise<AccountView> {
     return this.written(admin.setIpWhitelist(this.pool, accountId, entries));
   }
 
-  createKey(accountId: unknown, options: CreateKeyOptions = {}): Promise<NewKey> {
+  createKey(accountId: string, options: CreateKeyOptions = {}): Promise<NewKey> {
     return this.written(
       admin.createKey(this.pool, accountId, options, this.environment, this.permissionNames),
     );
   }
 
-  setRole(keyId: unknown, role: unknown): Promise<KeyView> {
+  setRole(keyId: string, role: Role): Promise<KeyView> {
     return this.written(admin.setRole(this.pool, keyId, role));
   }
 
   /** Sets a key's permissions; `null` lifts the restriction. */
-  setPermissions(keyId: unknown, permissions: unknown): Promise<KeyView> {
-    if (permissions === undefined) {
-      return Promise.reject(
-        new InvalidRequestError('permissions: a list of permissions, or null for no restriction'),
-      );
-    }
+  setPermissions(keyId: string, permissions: readonly string[] | null): Promise<KeyView> {
     return this.updateKey(keyId, { permissions });
   }
 
   /** Changes a key's role, its permissions, or both, in one write. */
-  updateKey(keyId: unknown, changes: KeyChanges): Promise<KeyView> {
+  updateKey(keyId: string, changes: KeyChanges): Promise<KeyView> {
     return this.written(admin.updateKey(this.pool, keyId, changes, this.permissionNames));
   }
 
-  roll(keyId: unknown, graceSeconds: unknown, options: RollOptions = {}): Promise<RollResult> {
+  roll(keyId: string, graceSeconds: number, options: RollOptions = {}): Promise<RollResult> {
     return this.written(admin.roll(this.pool, keyId, graceSeconds, options, this.environment));
   }
 
-  revoke(keyId: unknown): Promise<KeyView> {
+  revoke(keyId: string): Promise<KeyView> {
     return this.written(admin.revoke(this.pool, keyId));
   }
 
