@@ -36,6 +36,7 @@ const SERVER_SUITES = [
   'test/integration/permissions-database.test.ts',
   'test/integration/pg-key-store.test.ts',
   'test/integration/doc-operating-keys.test.ts',
+  'test/integration/doc-secret-scanning.test.ts',
   'test/integration/secret-scanning-database.test.ts',
   // nginx and Caddy in front of the gateway; chromium on the dashboard.
   'test/proxies/real-proxies.test.ts',

@@ -7,8 +7,8 @@ import { type Api, ApiError } from './api';
  * reported and followed by a redraw the same way.
  */
 
-/** The four roles, lowest first (lib/core/roles.ts). */
-export const ROLES = ['level-1', 'level-2', 'level-3', 'administrator'] as const;
+/** The four roles, lowest first. */
+export { ROLES } from '../lib/model/roles';
 
 /** A secret to show once: the key just created or rolled, and what happened. */
 export interface ShownSecret {

@@ -304,7 +304,6 @@ export function createApp(options: AppOptions): GatewayApp {
       ? undefined
       : secretScanningRoute({
           ...options.secretScanning,
-          keyStore,
           logger,
           metrics,
           redis: options.redis,

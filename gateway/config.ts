@@ -4,6 +4,7 @@ import { ConfigurationError } from '../lib';
 import { DEFAULT_PUBLIC_KEY_HEADER, parseCidrEntry } from '../lib/entry/core';
 import {
   DEFAULT_TOKEN_TTL_SECONDS,
+  editDistance,
   HEADER_NAME_PATTERN,
   MIN_TOKEN_SECRET_BYTES,
   parseHostPort,
@@ -156,7 +157,55 @@ const MIN_TRUSTED_PREFIX = { ipv4: 8, ipv6: 7 } as const;
 
 type Env = Readonly<Record<string, string | undefined>>;
 
+/**
+ * Every `TOLLGATE_*` variable the gateway reads. Any other is refused at start: a misspelt name
+ * (`TOLLGATE_KEY_FILE`) would otherwise leave its setting at the default without a word.
+ */
+export const SETTINGS: readonly string[] = [
+  'TOLLGATE_ADMIN_HOST',
+  'TOLLGATE_ADMIN_PORT',
+  'TOLLGATE_ADMIN_TOKEN_SHA256',
+  'TOLLGATE_AUTH_FAILURE_LIMIT',
+  'TOLLGATE_CHECK_ANSWERS',
+  'TOLLGATE_DATABASE_URL',
+  'TOLLGATE_DATABASE_URL_FILE',
+  'TOLLGATE_EXPECTED_INSTANCES',
+  'TOLLGATE_IDEMPOTENCY_MAX_ANSWER_BYTES',
+  'TOLLGATE_IDEMPOTENCY_REQUIRED',
+  'TOLLGATE_IDEMPOTENCY_TTL_SECONDS',
+  'TOLLGATE_KEYS_FILE',
+  'TOLLGATE_PUBLIC_KEY_HEADER',
+  'TOLLGATE_REDIS_PREFIX',
+  'TOLLGATE_SECRET_SCANNING_ACTION',
+  'TOLLGATE_SECRET_SCANNING_GRACE_SECONDS',
+  'TOLLGATE_SECRET_SCANNING_KEYS_FILE',
+  'TOLLGATE_SECRET_SCANNING_KEYS_URL',
+  'TOLLGATE_SECRET_SCANNING_LIMIT',
+  'TOLLGATE_SECRET_SCANNING_PATH',
+  'TOLLGATE_SHADOW_IP_WHITELISTS',
+  'TOLLGATE_SHADOW_SCOPES',
+  'TOLLGATE_TOKEN_SECRET',
+  'TOLLGATE_TOKEN_SECRET_FILE',
+  'TOLLGATE_TOKEN_TTL_SECONDS',
+  'TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING',
+  'TOLLGATE_TRUST_PROXY',
+  'TOLLGATE_UPSTREAM_TIMEOUT_MS',
+  'TOLLGATE_UPSTREAM_URL',
+];
+
+/**
+ * `TOLLGATE_*` variables that the compose file and the Caddy snippet read beside the gateway (its
+ * published ports, the gateway's address): often exported in the same shell, so not refused.
+ */
+export const NEIGHBOUR_SETTINGS: readonly string[] = [
+  'TOLLGATE_ADDRESS',
+  'TOLLGATE_NGINX_PORT',
+  'TOLLGATE_PORT',
+  'TOLLGATE_POSTGRES_PORT',
+];
+
 export function loadConfig(env: Env): GatewayConfig {
+  refuseUnknownSettings(env);
   const production = env.NODE_ENV === 'production';
   const tokenSecret = secret(env, 'TOLLGATE_TOKEN_SECRET');
   if (
@@ -453,6 +502,39 @@ function shadow(env: Env): ShadowConfig {
     }
   }
   return { scopes: scopes as GatewayScope[], ipWhitelistAccounts: accounts };
+}
+
+/** Stops at the first `TOLLGATE_*` variable that is not a setting, naming the nearest one. */
+function refuseUnknownSettings(env: Env): void {
+  const known = new Set([...SETTINGS, ...NEIGHBOUR_SETTINGS]);
+  const unknown = Object.keys(env)
+    .filter((name) => name.startsWith('TOLLGATE_') && !known.has(name))
+    .sort();
+  const first = unknown[0];
+  if (first === undefined) return;
+  fail(first, `is not a Tollgate setting (did you mean ${nearestName(first, SETTINGS)}?)`);
+}
+
+/**
+ * The name of `names` that `name` most likely meant: one it cuts short, else the one with the
+ * fewest single-character edits (letter case aside), the longer shared beginning breaking ties.
+ */
+function nearestName(name: string, names: readonly string[]): string {
+  const upper = name.toUpperCase();
+  const extended = names.filter((candidate) => candidate.startsWith(upper));
+  const scored = (extended.length > 0 ? extended : names).map((candidate) => ({
+    candidate,
+    distance: editDistance(upper, candidate),
+    shared: sharedStart(upper, candidate),
+  }));
+  scored.sort((a, b) => a.distance - b.distance || b.shared - a.shared);
+  return scored[0]?.candidate ?? '';
+}
+
+function sharedStart(a: string, b: string): number {
+  let length = 0;
+  while (length < a.length && a[length] === b[length]) length++;
+  return length;
 }
 
 function fail(variable: string, problem: string): never {

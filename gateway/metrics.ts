@@ -26,7 +26,8 @@ import type { KeyStoreStatus, UpstreamState } from './readiness';
 /** How a decision ended: `would_refuse` is allowed, with a rule in shadow mode that would refuse. */
 export type DecisionOutcome = 'allowed' | 'refused' | 'limited' | 'would_refuse';
 
-export type UpstreamErrorKind = 'unavailable' | 'timeout';
+export const UPSTREAM_ERROR_KINDS = ['unavailable', 'timeout'] as const;
+export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number];
 
 export interface MetricsSources {
   /** The limit scopes, for the per-scope limiter state. */
@@ -62,6 +63,9 @@ const SCANNING_REFUSALS = [
   'malformed',
 ] as const;
 
+/** Why a secret-scanning report was answered 503 for the programme to send it again. */
+const SCANNING_DEFERRALS = ['keys_unavailable'] as const;
+
 /** Redis commands named as they are; any other is `OTHER`. */
 const REDIS_COMMANDS: ReadonlySet<string> = new Set([
   'EVALSHA',
@@ -90,6 +94,7 @@ export class GatewayMetrics {
   private readonly leakedSecretKeys: Counter<'reason'>;
   private readonly scanningReports: Counter<'type' | 'label' | 'action'>;
   private readonly scanningRefusals: Counter<'reason'>;
+  private readonly scanningDeferrals: Counter<'reason'>;
   private readonly degradations: Counter;
   private readonly idempotencyOutcomes: Counter<'route' | 'outcome'>;
   /**
@@ -211,6 +216,8 @@ export class GatewayMetrics {
       labelNames: ['kind'],
       registers,
     });
+    // Served from 0, so that the first failures show as an increase.
+    for (const kind of UPSTREAM_ERROR_KINDS) this.upstreamErrors.labels(kind).inc(0);
     new Gauge({
       name: 'tollgate_upstream_up',
       help: 'Whether the readiness probe of the upstream got an answer (1) or not (0)',
@@ -287,6 +294,13 @@ export class GatewayMetrics {
       registers,
     });
     for (const reason of SCANNING_REFUSALS) this.scanningRefusals.labels(reason).inc(0);
+    this.scanningDeferrals = new Counter({
+      name: 'tollgate_secret_scanning_deferred_total',
+      help: 'Secret scanning reports answered 503 for the programme to send again, nothing read or changed, by reason (keys_unavailable: the public keys cannot be read)',
+      labelNames: ['reason'],
+      registers,
+    });
+    for (const reason of SCANNING_DEFERRALS) this.scanningDeferrals.labels(reason).inc(0);
     // Served at 0 from the start: an alert on `increase()` sees the first failed reload or the
     // first leaked key, which a series born at 1 would hide.
     this.keyReloads.labels('failed').inc(0);
@@ -377,6 +391,11 @@ export class GatewayMetrics {
   /** A secret-scanning report refused before anything was read or changed. */
   secretScanningRefused(reason: (typeof SCANNING_REFUSALS)[number]): void {
     this.scanningRefusals.labels(reason).inc();
+  }
+
+  /** A signed secret-scanning report that could not be checked now: answered 503, sent again. */
+  secretScanningDeferred(reason: (typeof SCANNING_DEFERRALS)[number]): void {
+    this.scanningDeferrals.labels(reason).inc();
   }
 
   /** The limiter's Redis connection, with each command's round trip and failure counted. */

@@ -198,6 +198,16 @@ export async function startGateway(
       rate_limits: config.redis === undefined ? 'memory' : config.redis.kind,
       keys: databaseStore !== undefined ? 'database' : fileStore === undefined ? 'demo' : 'file',
       tracing: config.tracing === undefined ? 'off' : `otlp ${config.tracing.protocol}`,
+      idempotency: {
+        store: redis === undefined ? 'memory' : 'redis',
+        required: config.idempotency.required,
+      },
+      secret_scanning:
+        config.secretScanning === undefined || databaseStore === undefined
+          ? 'off'
+          : config.secretScanning.action,
+      key_management: keyManagement(config, databaseStore !== undefined),
+      dashboard: adminUrl !== undefined && config.admin?.tokenSha256 !== undefined ? 'on' : 'off',
     },
     `Tollgate listening on ${url}`,
   );
@@ -223,6 +233,18 @@ export async function startGateway(
       await tracing?.shutdown();
     },
   };
+}
+
+/**
+ * Key management on the admin listener: `off` without an admin token, `read-only` when keys come
+ * from a keys file or the demo keys (listed, never written), `read-write` on the database.
+ */
+function keyManagement(
+  config: GatewayConfig,
+  database: boolean,
+): 'off' | 'read-only' | 'read-write' {
+  if (config.admin?.tokenSha256 === undefined) return 'off';
+  return database ? 'read-write' : 'read-only';
 }
 
 function connectRedis(target: RedisTarget): LimiterRedisConnection {

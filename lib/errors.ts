@@ -162,6 +162,16 @@ export class ConflictError extends TollgateError {
   }
 }
 
+/**
+ * A roll asked to happen once (`RollOptions.once`) of a key already rolled: it already expires
+ * within the grace period, and its replacement exists.
+ */
+export class KeyAlreadyRolledError extends ConflictError {
+  constructor(keyId: string) {
+    super(`Key "${keyId}" is already rolled: roll refused`);
+  }
+}
+
 /** The `Idempotency-Key` header is malformed (empty, too long, other characters, sent twice). */
 export class IdempotencyKeyInvalidError extends TollgateError {
   override readonly name = 'IdempotencyKeyInvalidError';

@@ -13,9 +13,9 @@
 // The identity `req.auth` carries (its `Express.Request` augmentation comes with it), and logging.
 export type { AuthContext, CredentialKind, Logger } from './types';
 export { CREDENTIAL_KINDS } from './types';
-export { ROLES, type Role } from './core/roles';
-export { PERMISSIONS, type Permission } from './core/permissions';
-export type { IpWhitelist } from './core/ip-whitelist';
+export { ROLES, type Role } from './model/roles';
+export { PERMISSIONS, type Permission } from './model/permissions';
+export type { IpWhitelist } from './model/ip-whitelist';
 
 // Errors and their codes.
 export {
@@ -32,6 +32,7 @@ export {
   MethodNotAllowedError,
   ForbiddenOriginError,
   ConflictError,
+  KeyAlreadyRolledError,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
   IdempotencyKeyInUseError,
@@ -70,7 +71,8 @@ export type {
 export type { RequestFacts } from './core/facts';
 export type { IdempotencyEvent, IdempotencyMode, IdempotencyOutcome } from './core/idempotency';
 export type { IdempotencyStoreState } from './idempotency/store';
-export type { ScopeDefinition, ScopeKey, ScopeUsage, HeaderPair } from './core/limits';
+export type { ScopeDefinition, ScopeUsage, HeaderPair } from './core/limits';
+export type { ScopeKey } from './model/key-record';
 export type { SecurityEvent } from './core/credentials';
 export type { ForwardAuthOptions, ForwardAuthRoute } from './express/forward-auth';
 export type { JsonBodyOptions } from './express/json-body';
@@ -87,7 +89,7 @@ export {
 
 // The key stores an app constructs, and the keys they hold.
 export { limitScopesOf } from './core/limits';
-export { generateKey, type KeyEnvironment, type KeyType } from './keys/key-format';
+export { generateKey, type KeyEnvironment, type KeyType } from './model/key-format';
 export {
   KeyRing,
   FileKeyStore,
@@ -98,7 +100,7 @@ export {
   type KeyStore,
   type KeyStoreLimitOptions,
 } from './keys/key-store';
-export type { AccountLimits, LimitScopes } from './keys/key-record';
+export type { AccountLimits, LimitScopes } from './model/key-record';
 export { PgKeyStore, type PgKeyStoreOptions, type PgKeyStoreState } from './keys/pg-key-store';
 
 // Tokens.

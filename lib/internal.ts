@@ -4,6 +4,7 @@
  * promise to users; change it with the code that uses it. (Tests import from lib/ paths directly.)
  */
 export { faultName } from './errors';
+export { editDistance } from './options';
 export { HEADER_NAME_PATTERN } from './core/credentials';
 export { DEFAULT_TOKEN_TTL_SECONDS, MIN_TOKEN_SECRET_BYTES } from './tokens/tokens';
 export { parseHostPort } from './rate-limit/redis-client';
@@ -15,7 +16,7 @@ export {
   traceIds,
   TRACER_NAME,
 } from './core/tracing';
-export { isExpired } from './keys/key-record';
+export { isExpired } from './model/key-record';
 export { IDEMPOTENCY_OUTCOMES } from './core/idempotency';
 export { keepsAnswer, releaseAnswer } from './express/idempotency';
 export { planRoll } from './keys/key-roll';

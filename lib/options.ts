@@ -201,7 +201,8 @@ function closest(name: string, names: readonly string[]): string | undefined {
   return best;
 }
 
-function editDistance(a: string, b: string): number {
+/** Levenshtein distance: the fewest single-character edits that turn `a` into `b`. */
+export function editDistance(a: string, b: string): number {
   let previous = Array.from({ length: b.length + 1 }, (_, index) => index);
   for (let i = 1; i <= a.length; i++) {
     const current = [i];

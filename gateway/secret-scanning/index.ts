@@ -1,10 +1,11 @@
 import express, { type Request, type RequestHandler } from 'express';
 import {
   ConflictError,
-  type KeyStore,
+  KeyAlreadyRolledError,
   type LimiterRedis,
   type Logger,
   PayloadTooLargeError,
+  type PgKeyStore,
   TollgateError,
   InvalidRequestError,
 } from '../../lib';
@@ -20,12 +21,14 @@ import {
   labelOf,
   parseReport,
   type ReportedToken,
+  type ReportLookups,
   type TokenAnswer,
   tokenHash,
 } from './reports';
 import { VerificationKeys } from './verification-keys';
 
 export { VerificationKeys, type VerificationKeySources } from './verification-keys';
+export type { ReportLookups } from './reports';
 
 /**
  * The secret-scanning partner endpoint (docs/secret-scanning.md), on the main listener at the path
@@ -38,9 +41,13 @@ export { VerificationKeys, type VerificationKeySources } from './verification-ke
  *
  * Nothing is read or changed before the signature verifies: a report that is unsigned, signed with
  * a key the programme does not list, or signed wrongly is a 401 that says the same in every case.
+ * A report whose signing key cannot be looked up because the programme's public keys cannot be
+ * read is a 503, for the programme to send it again rather than drop it.
  * A report sent again changes nothing new: a revoked key stays revoked (it answers
  * `false_positive`: it no longer works), a rolled key keeps the expiry its first report gave it,
- * and the replacement of a rolled key has another secret, which no old report names.
+ * and the replacement of a rolled key has another secret, which no old report names. A key is
+ * rolled once across instances: the database refuses a second roll of a key in its grace period.
+ * Looking a reported key up is not a use of it: its `last_used_at` is left as clients left it.
  */
 
 export type SecretScanningAction = 'revoke' | 'roll';
@@ -48,9 +55,14 @@ export type SecretScanningAction = 'revoke' | 'roll';
 /** The writes the endpoint makes: the database key store's. */
 export type KeyWriter = Pick<KeyAdmin, 'revoke' | 'roll'>;
 
+/** The database key store as the endpoint uses it: its writes, and lookups that are not a use. */
+export type ReportKeyStore = KeyWriter &
+  Pick<PgKeyStore, 'peekBySecretKey' | 'findByPublishableKey'>;
+
 export interface SecretScanningOptions {
   readonly keys: VerificationKeys;
-  readonly keyStore: KeyStore;
+  /** Where reported tokens are looked up: never counted as a use of the key. */
+  readonly lookups: ReportLookups;
   readonly writer: KeyWriter;
   /** `revoke` (the default): at once; `roll`: a replacement, the key expiring after `graceSeconds`. */
   readonly action: SecretScanningAction;
@@ -95,6 +107,24 @@ class UnverifiedReportError extends TollgateError {
       401,
       'invalid_credentials',
       'The report is not signed by a key of the secret scanning programme',
+    );
+  }
+}
+
+/**
+ * A signed report whose signing key cannot be looked up: the programme's public-keys document
+ * cannot be read and no key already known verifies it. Nothing was read or changed; a 503 has the
+ * programme send the report again, where a 401 would have it dropped. The code is the one every
+ * answer of the gateway uses for a service it depends on being out of reach.
+ */
+class VerificationKeysUnavailableError extends TollgateError {
+  override readonly name = 'VerificationKeysUnavailableError';
+  constructor(retryAfterSeconds: number) {
+    super(
+      503,
+      'upstream_unavailable',
+      "The secret scanning programme's public keys cannot be read now; nothing was changed: send the report again",
+      { 'Retry-After': String(retryAfterSeconds) },
     );
   }
 }
@@ -149,6 +179,20 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
     }
     const verified = async (): Promise<TokenAnswer[]> => {
       const outcome = await options.keys.check(identifier, signature, body);
+      if (outcome === 'keys_unavailable') {
+        metrics.secretScanningDeferred('keys_unavailable');
+        logger.warn(
+          {
+            event: 'secret_scanning.deferred',
+            reason: 'keys_unavailable',
+            key_identifier: identifier,
+            client_ip: req.clientIp,
+            request_id: req.requestId,
+          },
+          'a secret scanning report could not be verified: the public keys cannot be read; answered 503 for it to be sent again, nothing was changed',
+        );
+        throw new VerificationKeysUnavailableError(options.keys.retryAfterSeconds());
+      }
       if (outcome !== 'verified') {
         refuse(req, outcome);
         throw new UnverifiedReportError();
@@ -181,7 +225,7 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
   /** Acts on one token; a database that does not answer fails the report (the programme retries). */
   const answer = async (req: Request, reported: ReportedToken): Promise<TokenAnswer> => {
     const finding = findingOf(
-      options.keyStore,
+      options.lookups,
       reported.token,
       Date.now(),
       options.action === 'roll' ? options.graceSeconds : undefined,
@@ -225,6 +269,9 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
           return change;
         },
         (error: unknown): Outcome => {
+          // Rolled by another instance (or an operator) just before: its replacement exists, and
+          // the key works until the expiry that roll gave it.
+          if (error instanceof KeyAlreadyRolledError) return { action: 'repeat', of: 'rolled' };
           // Revoked or expired by someone else since it was looked up: nothing left to do.
           if (error instanceof ConflictError) return { action: 'gone' };
           throw asAdminError(error, logger);
@@ -236,7 +283,8 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
   };
   const writeOnce = async (keyId: string): Promise<Change> => {
     if (options.action === 'roll') {
-      const rolled = await options.writer.roll(keyId, options.graceSeconds);
+      // Once per key across instances: a key another instance rolled just before is refused.
+      const rolled = await options.writer.roll(keyId, options.graceSeconds, { once: true });
       return { action: 'rolled', replacementId: rolled.key.id };
     }
     await options.writer.revoke(keyId);
@@ -335,8 +383,8 @@ const BODY_LIMIT = 64 * 1024;
 
 export interface SecretScanningRouteOptions {
   readonly config: SecretScanningConfig;
-  readonly writer: KeyWriter;
-  readonly keyStore: KeyStore;
+  /** The database key store: the endpoint's writes and lookups. */
+  readonly writer: ReportKeyStore;
   readonly logger: Logger;
   readonly metrics: GatewayMetrics;
   /** Where reports are counted per client address; without it, in memory. */
@@ -373,14 +421,18 @@ export function secretScanningRoute(options: SecretScanningRouteOptions): {
     } else {
       logger.error(
         { event: 'secret_scanning.keys_failed', reason: read.reason },
-        'secret scanning: the verification keys could not be read; reports signed with keys not yet known are refused',
+        'secret scanning: the verification keys could not be read; reports signed with keys not yet known are answered 503 until they are',
       );
     }
   });
+  const { writer } = options;
   const handler = secretScanning({
     keys,
-    keyStore: options.keyStore,
-    writer: options.writer,
+    lookups: {
+      findBySecretKey: (secretKey) => writer.peekBySecretKey(secretKey),
+      findByPublishableKey: (publishableKey) => writer.findByPublishableKey(publishableKey),
+    },
+    writer,
     action: config.action,
     graceSeconds: config.graceSeconds,
     logger,

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { KeyRecord, KeyStore } from '../../lib';
+import type { KeyRecord } from '../../lib';
 import { keyPrefixType, keyShape } from '../../lib/entry/core';
 import { isExpired } from '../../lib/internal';
 
@@ -41,6 +41,16 @@ export type Finding =
   /** A secret key in force: it is revoked (or rolled). */
   | { readonly kind: 'live'; readonly key: KeyRecord };
 
+/**
+ * Where reported tokens are looked up. A report is about a key, not a use of it: these lookups
+ * never count as one, or a key no client ever used would show a last use at the time of the report
+ * that revoked it, after its revocation.
+ */
+export interface ReportLookups {
+  findBySecretKey(secretKey: string): KeyRecord | undefined;
+  findByPublishableKey(publishableKey: string): KeyRecord | undefined;
+}
+
 /** Reports hold a few tokens each; more in one request is not a report. */
 export const MAX_TOKENS_PER_REPORT = 1000;
 const MAX_FIELD_LENGTH = 2048;
@@ -81,7 +91,7 @@ export function parseReport(body: Buffer): ReportedToken[] | string {
  * a secret key is never taken for a publishable one or the other way round.
  */
 export function findingOf(
-  keyStore: KeyStore,
+  keyStore: ReportLookups,
   token: string,
   now: number,
   graceSeconds: number | undefined,

@@ -10,6 +10,11 @@ import { readFile } from 'node:fs/promises';
  * them, shaped as the programme's are (64 hex digits), reads the document again, at most once per `refreshIntervalMs` after that first read,
  * whoever asks and however often: an attacker sending made-up identifiers cannot make the gateway hammer the programme's
  * server. Reports arriving while a read is under way wait for that one read.
+ *
+ * An identifier not among the keys is `unknown_key` when the sources were read: the programme does
+ * not list it. When the last read of a source failed (no answer, a status other than 200, a
+ * document that does not parse), the key may well be listed there: such a report cannot be checked
+ * now, `keys_unavailable`, for the programme to send it again rather than drop it.
  */
 
 export interface VerificationKeySources {
@@ -35,7 +40,7 @@ export type KeysRead =
   | { readonly outcome: 'skipped'; readonly identifier: string };
 
 /** A signature's check: only `verified` lets a report be read. */
-export type SignatureCheck = 'verified' | 'unknown_key' | 'bad_signature';
+export type SignatureCheck = 'verified' | 'unknown_key' | 'bad_signature' | 'keys_unavailable';
 
 /** The programme's key identifiers: the hex SHA-256 of the key. Others never cause a read. */
 const IDENTIFIER_SHAPE = /^[0-9a-f]{64}$/i;
@@ -45,6 +50,8 @@ export class VerificationKeys {
   private reading: Promise<void> | undefined;
   private readOnce = false;
   private lastRefreshAt = Number.NEGATIVE_INFINITY;
+  /** Whether a source failed at the last read: the keys known may then lack some listed. */
+  private lastReadFailed = false;
   private readonly refreshIntervalMs: number;
   /** Entries skipped as not ECDSA P-256, logged once each. */
   private readonly skipped = new Set<string>();
@@ -70,7 +77,12 @@ export class VerificationKeys {
       await this.refresh();
       key = this.keys.get(identifier);
     }
-    if (key === undefined) return 'unknown_key';
+    if (key === undefined) {
+      // Only an identifier of the programme's shape can be listed in a document not read.
+      return this.lastReadFailed && IDENTIFIER_SHAPE.test(identifier)
+        ? 'keys_unavailable'
+        : 'unknown_key';
+    }
     const der = Buffer.from(signature, 'base64');
     try {
       return der.length > 0 && verify('sha256', body, { key, dsaEncoding: 'der' }, der)
@@ -80,6 +92,11 @@ export class VerificationKeys {
       // A signature that is not DER at all.
       return 'bad_signature';
     }
+  }
+
+  /** Seconds until the sources may be read again (at least 1): when to send a report again. */
+  retryAfterSeconds(now = Date.now()): number {
+    return Math.max(1, Math.ceil((this.lastRefreshAt + this.refreshIntervalMs - now) / 1000));
   }
 
   /**
@@ -123,6 +140,7 @@ export class VerificationKeys {
     }
     const keys = failed ? new Map([...this.keys, ...read]) : read;
     this.keys = keys;
+    this.lastReadFailed = failed;
     this.onRead({ outcome: 'done', keys: keys.size });
   }
 

@@ -1,6 +1,6 @@
 import { checkOptions, KEY_STORE, type OptionChecks, wholeNumber } from '../options';
-import { isPlausibleKey, KEY_MAX_LENGTH, KEY_MIN_LENGTH } from '../keys/key-format';
-import type { KeyStore } from '../keys/key-store';
+import { isPlausibleKey, KEY_MAX_LENGTH, KEY_MIN_LENGTH } from '../model/key-format';
+import type { KeyStore } from '../model/key-record';
 
 /**
  * Finding credentials in text that must not hold one (query values, path segments bound for a log

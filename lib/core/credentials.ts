@@ -13,11 +13,11 @@ import {
 } from '../options';
 import { containsSecretOrToken } from './credential-scan';
 import { AuthenticationError, ConfigurationError, InvalidRequestError } from '../errors';
-import { isPlausibleKey, keyPrefixType, keyShape } from '../keys/key-format';
-import { isExpired, type KeyRecord, type KeyStore } from '../keys/key-record';
+import { isPlausibleKey, keyPrefixType, keyShape } from '../model/key-format';
+import { isExpired, type KeyRecord, type KeyStore } from '../model/key-record';
 import { MAX_TOKEN_LENGTH, type TokenService } from '../tokens/tokens';
 import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
-import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../types';
+import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../model/auth-context';
 
 /**
  * Credential resolution: which credential a request carries, whether the route accepts that kind,

@@ -7,8 +7,8 @@ import {
   IpNotWhitelistedError,
   type RateLimitedError,
 } from '../errors';
-import { permissionNames } from './permissions';
-import { IpWhitelist } from './ip-whitelist';
+import { permissionNames } from '../model/permissions';
+import { IpWhitelist } from '../model/ip-whitelist';
 import {
   type Check,
   check,
@@ -29,7 +29,7 @@ import {
   TOKEN_SERVICE,
   wholeNumber,
 } from '../options';
-import type { KeyStore } from '../keys/key-store';
+import type { KeyStore } from '../model/key-record';
 import {
   type AuthFailureLimiter,
   authFailureLimiterOn,
@@ -43,13 +43,13 @@ import {
   MIN_WINDOW_MS,
 } from '../rate-limit/window';
 import type { RateLimitState } from '../rate-limit/redis-health';
-import { parseRole, type Role, ROLES, roleRank } from './roles';
+import { parseRole, type Role, ROLES, roleRank } from '../model/roles';
 import { keyPairResolver } from './key-pair';
 import type { TokenService } from '../tokens/tokens';
-import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../types';
+import { type AuthContext, CREDENTIAL_KINDS, type CredentialKind } from '../model/auth-context';
 import type { RequestFacts } from './facts';
+import type { AccountLimits } from '../model/key-record';
 import {
-  type AccountLimits,
   admitAll,
   type HeaderPair,
   type LimitUse,

@@ -14,7 +14,7 @@ import {
   IdempotencyStoreError,
   type IdempotencyStoreState,
 } from '../idempotency/store';
-import type { AuthContext } from '../types';
+import type { AuthContext } from '../model/auth-context';
 import type { RequestFacts } from './facts';
 
 /**

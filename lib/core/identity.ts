@@ -1,4 +1,4 @@
-import type { AuthContext } from '../types';
+import type { AuthContext } from '../model/auth-context';
 
 /**
  * The identity headers an upstream receives for an allowed request, from the gateway's own proxy

@@ -7,9 +7,9 @@ import {
   required,
 } from '../options';
 import { AuthenticationError, InvalidRequestError } from '../errors';
-import { isPlausibleKey } from '../keys/key-format';
-import type { KeyStore } from '../keys/key-store';
-import type { AuthContext } from '../types';
+import { isPlausibleKey } from '../model/key-format';
+import type { KeyStore } from '../model/key-record';
+import type { AuthContext } from '../model/auth-context';
 import { contextOf, unexpired, hasBrowserSignals, leaked, type SecurityEvent } from './credentials';
 import type { RequestFacts } from './facts';
 

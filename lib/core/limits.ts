@@ -13,17 +13,21 @@ import {
   required,
   wholeNumber,
 } from '../options';
-import { type LimiterRedis, MAX_LIMIT, MAX_WINDOW_MS, MIN_WINDOW_MS } from '../rate-limit/window';
+import {
+  type LimiterRedis,
+  MAX_LIMIT,
+  MAX_WINDOW_MS,
+  MIN_WINDOW_MS,
+  rateLimitHeaderValues,
+} from '../rate-limit/window';
 import {
   AdmissionStore,
   type CounterRequest,
   type LocalCounters,
 } from '../rate-limit/admission-store';
 import type { CounterReading } from '../rate-limit/compact-memory-store';
-import type { AuthContext } from '../types';
-
-/** Per-account limit overrides: scope name to requests per window. */
-export type AccountLimits = Readonly<Record<string, number>>;
+import type { AuthContext } from '../model/auth-context';
+import type { AccountLimits, ScopeKey } from '../model/key-record';
 
 /**
  * The limit scopes of the decision core: rolling windows per account and fixed windows per client
@@ -37,9 +41,7 @@ export type AccountLimits = Readonly<Record<string, number>>;
  * of one request is in one slot and one script call checks them all.
  */
 
-/** What a scope counts: the authenticated account, or the client IP (IPv6 by /56 network). */
-export type ScopeKey = 'account' | 'ip';
-
+/** A limit scope: requests per window, counted per account or per client IP. */
 export interface ScopeDefinition {
   /**
    * Requests admitted per window, from 1 to 1 000 000 (a rolling window keeps a time per
@@ -201,16 +203,15 @@ export class ScopeCounter {
 
   /** The `RateLimit` and `RateLimit-Policy` headers of a reading, appended to `headers`. */
   appendHeaders(headers: HeaderPair[], request: CounterRequest, reading: CounterReading): void {
-    headers.push(
-      [
-        'RateLimit',
-        `"${this.name}"; r=${Math.max(request.limit - reading.count, 0)}; t=${this.secondsUntil(reading.resetAt, 0)}`,
-      ],
-      [
-        'RateLimit-Policy',
-        `"${this.name}"; q=${request.limit}; w=${this.windowSeconds}; pk=:${partitionKey(request.key)}:`,
-      ],
-    );
+    const { rateLimit, policy } = rateLimitHeaderValues({
+      name: this.name,
+      limit: request.limit,
+      windowSeconds: this.windowSeconds,
+      remaining: request.limit - reading.count,
+      resetSeconds: this.secondsUntil(reading.resetAt, 0),
+      partitionKey: partitionKey(request.key),
+    });
+    headers.push(['RateLimit', rateLimit], ['RateLimit-Policy', policy]);
   }
 
   /** The refusal of a request this scope had no room for: `Retry-After` rounded up, at least 1. */

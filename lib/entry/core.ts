@@ -22,7 +22,8 @@ export type { IdempotencyClaim, IdempotencyStep } from '../core/idempotency';
 export type { StoredAnswer } from '../idempotency/answer';
 export { IDEMPOTENCY_HEADER, REPLAYED_HEADER } from '../idempotency/key';
 export type { RequestFacts } from '../core/facts';
-export type { ScopeDefinition, ScopeKey, ScopeUsage, HeaderPair } from '../core/limits';
+export type { ScopeDefinition, ScopeUsage, HeaderPair } from '../core/limits';
+export type { ScopeKey } from '../model/key-record';
 export { DEFAULT_PUBLIC_KEY_HEADER, type SecurityEvent } from '../core/credentials';
 export { IDENTITY_HEADERS, identityHeaders, type IdentityHeader } from '../core/identity';
 export {
@@ -32,12 +33,12 @@ export {
   type RouteLookup,
   type RouteTableEntry,
 } from '../core/route-table';
-export { canonicalClientIp, parseCidrEntry, type CidrRange } from '../core/ip-address';
-export { IpWhitelist } from '../core/ip-whitelist';
-export { OWNER_ROLE, isRole, parseRole, roleRank, roleSatisfies } from '../core/roles';
-export { MAX_PERMISSIONS, PERMISSION_PATTERN, permissionNames } from '../core/permissions';
+export { canonicalClientIp, parseCidrEntry, type CidrRange } from '../model/ip-address';
+export { IpWhitelist } from '../model/ip-whitelist';
+export { OWNER_ROLE, isRole, parseRole, roleRank, roleSatisfies } from '../model/roles';
+export { MAX_PERMISSIONS, PERMISSION_PATTERN, permissionNames } from '../model/permissions';
 export { MAX_ACCOUNT_LIMIT } from '../keys/key-rules';
-export { isPlausibleKey, keyShape, keyPrefixType, type KeyShape } from '../keys/key-format';
+export { isPlausibleKey, keyShape, keyPrefixType, type KeyShape } from '../model/key-format';
 export {
   createPathRedactor,
   containsSecretOrToken,

@@ -7,8 +7,8 @@ import {
   type OptionChecks,
 } from '../options';
 import type { RequestHandler } from 'express';
-import { IpWhitelist } from '../core/ip-whitelist';
-import { parseRole, roleRank, type Role } from '../core/roles';
+import { IpWhitelist } from '../model/ip-whitelist';
+import { parseRole, roleRank, type Role } from '../model/roles';
 import { InsufficientRoleError, IpNotWhitelistedError, MisconfigurationError } from '../errors';
 import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
 import { CREDENTIAL_KINDS, type CredentialKind } from '../types';

@@ -8,7 +8,7 @@ import {
   type SecurityEvent,
 } from '../core/credentials';
 import type { RequestFacts } from '../core/facts';
-import type { KeyStore } from '../keys/key-store';
+import type { KeyStore } from '../model/key-record';
 import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
 import type { AuthContext } from '../types';
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Request, RequestHandler } from 'express';
 import { InvalidRequestError } from '../errors';
-import { canonicalClientIp } from '../core/ip-address';
+import { canonicalClientIp } from '../model/ip-address';
 
 /**
  * Gives every request an id (`req.requestId`, echoed as `X-Request-Id`). A client's own

@@ -11,7 +11,7 @@ import type { RequestFacts } from '../core/facts';
 import { KEY_PAIR_RESOLVER_CHECKS, keyPairResolver } from '../core/key-pair';
 import { authenticatingMiddleware } from './authenticate';
 import { AuthenticationError } from '../errors';
-import type { KeyStore } from '../keys/key-store';
+import type { KeyStore } from '../model/key-record';
 import type { AuthFailureLimiter } from '../rate-limit/auth-failures';
 import type { TokenService } from '../tokens/tokens';
 

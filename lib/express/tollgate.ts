@@ -13,7 +13,8 @@ import {
   routePolicyChecks,
   scopeNameCheck,
 } from '../core/gate';
-import type { AccountLimits, ScopeUsage } from '../core/limits';
+import type { ScopeUsage } from '../core/limits';
+import type { AccountLimits } from '../model/key-record';
 import { DEFAULT_PUBLIC_KEY_HEADER } from '../core/credentials';
 import { errorHandler } from './error-handler';
 import { ConfigurationError } from '../errors';

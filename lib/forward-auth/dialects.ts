@@ -1,7 +1,7 @@
 import type { HeaderPair } from '../core/limits';
 import { identityHeaders } from '../core/identity';
 import { errorBody, InvalidRequestError, type TollgateError } from '../errors';
-import type { AuthContext } from '../types';
+import type { AuthContext } from '../model/auth-context';
 
 /**
  * The three ways reverse proxies ask an auth service, without a framework: where each

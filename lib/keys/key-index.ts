@@ -1,5 +1,5 @@
 import { timingSafeEqual } from 'node:crypto';
-import type { KeyRecord } from './key-record';
+import type { KeyRecord } from '../model/key-record';
 import { ABSENT_DIGEST, sha256 } from './key-digest';
 
 /**

@@ -1,7 +1,7 @@
-import { IpWhitelist } from '../core/ip-whitelist';
-import { ROLES, type Role, isRole } from '../core/roles';
-import type { AccountLimits, LimitScopes } from './key-record';
-import { keyShape } from './key-format';
+import { IpWhitelist } from '../model/ip-whitelist';
+import { ROLES, type Role, isRole } from '../model/roles';
+import type { AccountLimits, LimitScopes } from '../model/key-record';
+import { keyShape } from '../model/key-format';
 import { MAX_LIMIT } from '../rate-limit/window';
 
 /**

@@ -1,13 +1,19 @@
 import { ConfigurationError } from '../errors';
 import { check, checkOptions, isObject, isStringList, type OptionChecks } from '../options';
-import type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore, LimitScopes } from './key-record';
+import type {
+  KeyDirectory,
+  KeyReadiness,
+  KeyRecord,
+  KeyStore,
+  LimitScopes,
+} from '../model/key-record';
 import { KeyIndex } from './key-index';
 import { parseKeysDocument } from './keys-file';
 import { PackedKeyRing } from './packed-key-ring';
 import { buildRing } from './ring-build';
-import { permissionNames } from '../core/permissions';
+import { permissionNames } from '../model/permissions';
 
-export type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from './key-record';
+export type { KeyDirectory, KeyReadiness, KeyRecord, KeyStore } from '../model/key-record';
 
 export { sha256 } from './key-digest';
 

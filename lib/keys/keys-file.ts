@@ -1,7 +1,7 @@
 import { ConfigurationError } from '../errors';
-import { type IpWhitelist, WhitelistParser } from '../core/ip-whitelist';
-import type { AccountLimits, KeyRecord, LimitScopes } from './key-record';
-import { OWNER_ROLE, parseRole } from '../core/roles';
+import { type IpWhitelist, WhitelistParser } from '../model/ip-whitelist';
+import type { AccountLimits, KeyRecord, LimitScopes } from '../model/key-record';
+import { OWNER_ROLE, parseRole } from '../model/roles';
 import {
   accountLimits,
   expiresAt,
@@ -11,7 +11,7 @@ import {
   publishableKey,
   secretDigest,
 } from './key-rules';
-import { PERMISSIONS, PermissionSets } from '../core/permissions';
+import { PERMISSIONS, PermissionSets } from '../model/permissions';
 import { DuplicateFieldError, JsonSyntaxError, ReadError, readJsonFile } from './json-stream';
 
 /**

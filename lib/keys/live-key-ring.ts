@@ -1,8 +1,8 @@
 import { timingSafeEqual } from 'node:crypto';
-import type { IpWhitelist } from '../core/ip-whitelist';
-import type { Role } from '../core/roles';
+import type { IpWhitelist } from '../model/ip-whitelist';
+import type { Role } from '../model/roles';
 import { ABSENT_DIGEST, sha256 } from './key-digest';
-import type { AccountLimits, KeyDirectory, KeyRecord, KeyStore } from './key-record';
+import type { AccountLimits, KeyDirectory, KeyRecord, KeyStore } from '../model/key-record';
 import { KeyIndex } from './key-index';
 import { PackedKeyRing } from './packed-key-ring';
 

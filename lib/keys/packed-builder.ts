@@ -1,7 +1,7 @@
 import { randomInt } from 'node:crypto';
-import { PERMISSIONS } from '../core/permissions';
-import type { Role } from '../core/roles';
-import type { AccountLimits } from './key-record';
+import { PERMISSIONS } from '../model/permissions';
+import type { Role } from '../model/roles';
+import type { AccountLimits } from '../model/key-record';
 import { limitsText } from './key-rules';
 import type { UniqueKeyField } from './keys-file';
 import {

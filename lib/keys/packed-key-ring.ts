@@ -1,10 +1,10 @@
 import { timingSafeEqual } from 'node:crypto';
-import { IpWhitelist } from '../core/ip-whitelist';
+import { IpWhitelist } from '../model/ip-whitelist';
 import { ABSENT_DIGEST, sha256 } from './key-digest';
-import type { AccountLimits, KeyRecord, KeyStore } from './key-record';
+import type { AccountLimits, KeyRecord, KeyStore } from '../model/key-record';
 import { limitsFromText } from './key-rules';
 import { PackedTableBuilder } from './packed-builder';
-import { PermissionSets } from '../core/permissions';
+import { PermissionSets } from '../model/permissions';
 import {
   BLOCKED,
   bytesEqual,

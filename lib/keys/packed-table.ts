@@ -1,4 +1,4 @@
-import { ROLES, type Role } from '../core/roles';
+import { OWNER_ROLE, ROLES, type Role } from '../model/roles';
 
 /**
  * A key ring as a handful of flat arrays, built once and never changed: about 150 bytes a key
@@ -104,7 +104,7 @@ export function bytesEqual(
 }
 
 export function roleOf(flags: number): Role {
-  return ROLES[flags & 3] ?? 'administrator';
+  return ROLES[flags & 3] ?? OWNER_ROLE;
 }
 
 export function isRevokedFlag(flags: number): boolean {

@@ -1,13 +1,18 @@
 import { randomBytes } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
-import { OWNER_ROLE, type Role } from '../core/roles';
-import { ConflictError, InvalidRequestError, TollgateError } from '../errors';
+import { OWNER_ROLE, type Role } from '../model/roles';
+import {
+  ConflictError,
+  InvalidRequestError,
+  KeyAlreadyRolledError,
+  TollgateError,
+} from '../errors';
 import { sha256 } from './key-digest';
-import { generateKey, type KeyEnvironment } from './key-format';
+import { generateKey, type KeyEnvironment } from '../model/key-format';
 import * as rules from './key-rules';
-import type { AccountLimits, LimitScopes } from './key-record';
+import type { AccountLimits, LimitScopes } from '../model/key-record';
 import { parseKeysDocument } from './keys-file';
-import { PERMISSIONS, permissionsOfMask } from '../core/permissions';
+import { PERMISSIONS, permissionsOfMask } from '../model/permissions';
 import type {
   AccountView,
   AccountWithKeys,
@@ -404,11 +409,8 @@ export async function roll(
     );
     if (plan.kind === 'revoked') throw new ConflictError(`Key "${id}" is revoked: roll refused`);
     if (plan.kind === 'expired') throw new ConflictError(`Key "${id}" has expired: roll refused`);
-    if (plan.kind === 'rolled') {
-      throw new ConflictError(
-        `Key "${id}" is already rolled: it stops working at ${new Date(plan.expiresAt).toISOString()}, within the grace; roll refused`,
-      );
-    }
+    // Every roll, asked once or not: the replacement exists already.
+    if (plan.kind === 'rolled') throw new KeyAlreadyRolledError(id);
     const key = await insertNewKey(
       client,
       {

@@ -9,10 +9,10 @@ import {
 } from '../options';
 import { KEY_STORE_LIMIT_OPTION_CHECKS } from './key-store';
 import type { Client, ClientConfig, Notification, Pool } from 'pg';
-import { IpWhitelist } from '../core/ip-whitelist';
+import { IpWhitelist } from '../model/ip-whitelist';
 import { requireOptional } from '../optional-module';
-import type { Logger } from '../types';
-import type { KeyEnvironment } from './key-format';
+import type { Logger } from '../model/logger';
+import type { KeyEnvironment } from '../model/key-format';
 import type {
   AccountLimits,
   KeyDirectory,
@@ -20,7 +20,7 @@ import type {
   KeyRecord,
   KeyStore,
   LimitScopes,
-} from './key-record';
+} from '../model/key-record';
 import { type AccountRow, type KeyRow, LiveKeyRing, type RingChanges } from './live-key-ring';
 import { PackedKeyRing } from './packed-key-ring';
 import { type BuiltRing, buildRing } from './ring-build';
@@ -30,10 +30,10 @@ import {
   storedLimits,
   storedPermissions,
 } from './ring-sources';
-import { permissionNames, PermissionSets } from '../core/permissions';
+import { permissionNames, PermissionSets } from '../model/permissions';
 import * as admin from './pg-key-admin';
 import type { KeyAdmin } from './key-admin';
-import type { Role } from '../core/roles';
+import type { Role } from '../model/roles';
 import type {
   AccountView,
   AccountWithKeys,
@@ -67,8 +67,11 @@ import { assertMigrated } from './pg-schema';
  * so a revocation is not held up by it; the rows changed after the build's snapshot are applied to
  * the new ring before it is swapped in, in one assignment. While the database is unreachable
  * the last keys stay in force and `state()` says `stale`, with the reason and the time of the last
- * successful sync. Use of a key is remembered in memory and written as `last_used_at` in one
- * UPDATE every `lastUsedFlushMs` (30 s), never on the request path.
+ * successful sync. Use of a key is remembered in memory, with the time of its last use, and
+ * written as `last_used_at` in one UPDATE every `lastUsedFlushMs` (30 s), never on the request path:
+ * the time written is when the key was last used, not when the flush ran, so a key used and then
+ * revoked shows its last use before its revocation. A lookup made about a key rather than with it
+ * (`peekBySecretKey`) is not a use.
  */
 
 export const NOTIFY_CHANNEL = 'tollgate_keys';
@@ -192,7 +195,8 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness, KeyAdmi
   private built: BuiltRing | undefined;
   /** The version to read from again, after a build failed. */
   private rewindTo: bigint | undefined;
-  private used = new Set<string>();
+  /** The keys used since the last flush: key id to the time of its last use (`performance.now()`). */
+  private used = new Map<string, number>();
   private closed = false;
   private lastStatus: PgKeyStoreState['status'] | undefined;
 
@@ -615,18 +619,31 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness, KeyAdmi
     }
   }
 
-  /** Writes `last_used_at` for the keys used since the last flush, in one UPDATE. */
+  /**
+   * Writes `last_used_at` for the keys used since the last flush, in one UPDATE: each key's time of
+   * last use, never an earlier one over a later one another instance wrote. The time is sent as
+   * how long ago the use was, and placed on the database's clock, the one `revoked_at` is read
+   * from: a gateway whose clock is off cannot put a use after a revocation that followed it.
+   */
   async flushLastUsed(): Promise<number> {
     if (this.used.size === 0) return 0;
-    const ids = [...this.used];
-    this.used = new Set();
+    const used = this.used;
+    this.used = new Map();
+    const now = performance.now();
+    const ids = [...used.keys()];
+    const ages = [...used.values()].map((at) => Math.max(0, now - at) / 1000);
     try {
-      await this.pool.query('UPDATE keys SET last_used_at = now() WHERE id = ANY($1::text[])', [
-        ids,
-      ]);
+      await this.pool.query(
+        `UPDATE keys SET last_used_at = greatest(keys.last_used_at, now() - make_interval(secs => used.age))
+         FROM unnest($1::text[], $2::float8[]) AS used(id, age) WHERE keys.id = used.id`,
+        [ids, ages],
+      );
       return ids.length;
     } catch {
-      for (const id of ids) this.used.add(id); // next time
+      // Next time, each with the later of its two times of use.
+      for (const [id, at] of used) {
+        if ((this.used.get(id) ?? Number.NEGATIVE_INFINITY) <= at) this.used.set(id, at);
+      }
       return 0;
     }
   }
@@ -748,12 +765,20 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness, KeyAdmi
     return this.ring.findByPublishableKey(publishableKey);
   }
 
+  /**
+   * The key whose secret has this value, as `findBySecretKey` finds it, without counting as a use
+   * of the key: for a lookup made about a key (a report that it was found in public), not with it.
+   */
+  peekBySecretKey(secretKey: string): KeyRecord | undefined {
+    return this.ring.findBySecretKey(secretKey);
+  }
+
   findById(keyId: string): KeyRecord | undefined {
     return this.noteUse(this.ring.findById(keyId));
   }
 
   private noteUse(record: KeyRecord | undefined): KeyRecord | undefined {
-    if (record !== undefined && !record.revoked) this.used.add(record.id);
+    if (record !== undefined && !record.revoked) this.used.set(record.id, performance.now());
     return record;
   }
 }

@@ -1,5 +1,5 @@
-import type { Role } from '../core/roles';
-import type { AccountLimits } from './key-record';
+import type { Role } from '../model/roles';
+import type { AccountLimits } from '../model/key-record';
 
 /** The shapes the database key store's write API takes and returns (no database types here). */
 
@@ -59,6 +59,13 @@ export interface KeyChanges {
 export interface RollOptions {
   /** The new key's id; a fresh one when absent. */
   readonly id?: string;
+  /**
+   * Asks for what every roll now does: a key that already expires within `graceSeconds`, as a key
+   * rolled already does, is refused with `KeyAlreadyRolledError` (409). Checked with the key's row
+   * locked, so of several rolls of one key at once, from any instances, exactly one makes a
+   * replacement. Kept for callers that say so explicitly.
+   */
+  readonly once?: boolean;
 }
 
 /** A keys document (`{"accounts": [...]}`), as the keys file holds it. */

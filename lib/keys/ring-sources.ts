@@ -1,10 +1,10 @@
 import type { Client } from 'pg';
-import { WhitelistParser } from '../core/ip-whitelist';
-import type { Role } from '../core/roles';
+import { WhitelistParser } from '../model/ip-whitelist';
+import type { Role } from '../model/roles';
 import { requireOptional } from '../optional-module';
-import type { AccountLimits, LimitScopes } from './key-record';
+import type { AccountLimits, LimitScopes } from '../model/key-record';
 import { accountLimits, keyPermissions } from './key-rules';
-import { PERMISSIONS } from '../core/permissions';
+import { PERMISSIONS } from '../model/permissions';
 import { TAKEN, visitKeysFile } from './keys-file';
 import { PackedTableBuilder } from './packed-builder';
 import type { PackedTable } from './packed-table';

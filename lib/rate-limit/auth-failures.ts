@@ -8,6 +8,7 @@ import {
   MAX_WINDOW_MS,
   MIN_WINDOW_MS,
   retryAfterSeconds,
+  rateLimitHeaderValues,
 } from './window';
 import { AdmissionStore, type LocalCounters } from './admission-store';
 import { SHARED_COUNTER_OPTION_CHECKS } from './tollgate-store';
@@ -149,7 +150,6 @@ export function authFailureLimiterOn(
           windowMs,
           rolling: true,
         });
-  const policy = `"${NAME}"; q=${limit}; w=${Math.ceil(windowMs / 1000)}`;
   // This instance's own count, by IP: the times of its failures still inside the rolling window
   // (oldest first, at most `limit`), in the order of each IP's newest failure; and, kept apart so
   // that a flood of single failures from other IPs cannot evict it, when a spent budget next has
@@ -184,9 +184,16 @@ export function authFailureLimiterOn(
 
   const refusal = (until: number): RateLimitedError => {
     const seconds = retryAfterSeconds(until, windowMs, now());
+    const { rateLimit, policy } = rateLimitHeaderValues({
+      name: NAME,
+      limit,
+      windowSeconds: Math.ceil(windowMs / 1000),
+      remaining: 0,
+      resetSeconds: seconds,
+    });
     return new RateLimitedError(
       seconds,
-      { 'RateLimit-Policy': policy, RateLimit: `"${NAME}"; r=0; t=${seconds}` },
+      { 'RateLimit-Policy': policy, RateLimit: rateLimit },
       NAME,
     );
   };

@@ -27,3 +27,32 @@ export function retryAfterSeconds(
   const reset = resetTime === undefined ? now + windowMs : Number(resetTime);
   return Math.max(1, Math.ceil((reset - now) / 1000));
 }
+
+/** What the IETF `RateLimit` and `RateLimit-Policy` headers say of one policy. */
+export interface RateLimitHeaderParts {
+  /** The policy's name, quoted in both headers. */
+  readonly name: string;
+  /** Requests per window (`q`). */
+  readonly limit: number;
+  /** The window, in seconds (`w`). */
+  readonly windowSeconds: number;
+  /** Requests left (`r`). */
+  readonly remaining: number;
+  /** Seconds until there is room again (`t`). */
+  readonly resetSeconds: number;
+  /** `pk`: an opaque name of what is counted, when one policy counts several things. */
+  readonly partitionKey?: string;
+}
+
+/** The `RateLimit` and `RateLimit-Policy` header values, the one place they are written. */
+export function rateLimitHeaderValues(parts: RateLimitHeaderParts): {
+  readonly rateLimit: string;
+  readonly policy: string;
+} {
+  const name = `"${parts.name}"`;
+  const partition = parts.partitionKey === undefined ? '' : `; pk=:${parts.partitionKey}:`;
+  return {
+    rateLimit: `${name}; r=${Math.max(parts.remaining, 0)}; t=${parts.resetSeconds}`,
+    policy: `${name}; q=${parts.limit}; w=${parts.windowSeconds}${partition}`,
+  };
+}

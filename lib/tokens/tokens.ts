@@ -9,8 +9,8 @@ import {
   required,
   wholeNumber,
 } from '../options';
-import type { KeyRecord } from '../keys/key-store';
-import { isRole, type Role } from '../core/roles';
+import type { KeyRecord } from '../model/key-record';
+import { isRole, type Role } from '../model/roles';
 
 /**
  * Short-lived access tokens: HS256 JWTs minted from a key pair. `verify()` is the one place a token

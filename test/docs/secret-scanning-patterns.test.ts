@@ -3,7 +3,7 @@ import {
   keyShape,
   type KeyEnvironment,
   type KeyType,
-} from '../../lib/keys/key-format';
+} from '../../lib/model/key-format';
 import { docBlock } from '../helpers/doc-blocks';
 
 /**

@@ -1,6 +1,6 @@
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { KeyRing, sha256 } from '../../lib/keys/key-store';
-import type { Role } from '../../lib/core/roles';
+import type { Role } from '../../lib/model/roles';
 
 /**
  * Test accounts and keys, made fresh for each test file. Secrets exist only here: the key ring

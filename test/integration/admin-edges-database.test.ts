@@ -5,7 +5,7 @@ import { Pool } from 'pg';
 import { loadConfig } from '../../gateway/config';
 import { type RunningGateway, startGateway } from '../../gateway/start';
 import { ConfigurationError } from '../../lib/errors';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { KeyRing, sha256 } from '../../lib/keys/key-store';
 import { migrate } from '../../lib/keys/pg-schema';
 import { GATEWAY_LIMIT_SCOPES } from '../../gateway/keys-cli/limit-scopes';

@@ -14,6 +14,10 @@ import { bearer, startTestGateway, type TestGateway } from '../helpers/gateway';
 
 const ROOT = path.join(__dirname, '../..');
 const RULES = readFileSync(path.join(ROOT, 'deploy/prometheus/tollgate-alerts.yml'), 'utf8');
+const RULE_TESTS = readFileSync(
+  path.join(ROOT, 'deploy/prometheus/tollgate-alerts.test.yml'),
+  'utf8',
+);
 const OPERATING = readFileSync(path.join(ROOT, 'docs/operating.md'), 'utf8');
 const WALLETS = '/api/v1/wallets/';
 
@@ -63,6 +67,41 @@ function selectors(): {
   );
 }
 
+/** The labels Prometheus adds to every scraped series. */
+const TARGET_LABELS = new Set(['job', 'instance']);
+
+interface TestSeries {
+  readonly text: string;
+  readonly name: string;
+  /** Its labels but the target's. */
+  readonly labels: ReadonlyMap<string, string>;
+  /** The first sample's value; `undefined` when the series is missing at first (`_`). */
+  readonly first: number | undefined;
+}
+
+/** The input series of the promtool tests (deploy/prometheus/tollgate-alerts.test.yml). */
+function testSeries(): TestSeries[] {
+  return [
+    ...RULE_TESTS.matchAll(
+      /- series: '([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})'\n\s+values: '([^' ]+)/g,
+    ),
+  ].map((match) => {
+    const labels = labelPairs(match[2] ?? '');
+    for (const label of TARGET_LABELS) labels.delete(label);
+    const first = /^[^+x]+/.exec(match[3] ?? '')?.[0] ?? '';
+    return {
+      text: `${match[1] ?? ''}${match[2] ?? ''}`,
+      name: match[1] ?? '',
+      labels,
+      first: first.startsWith('_') ? undefined : Number(first),
+    };
+  });
+}
+
+function sameLabels(a: ReadonlyMap<string, string>, b: ReadonlyMap<string, string>): boolean {
+  return a.size === b.size && [...a].every(([label, value]) => b.get(label) === value);
+}
+
 interface AlertSummary {
   readonly alert: string;
   readonly severity: string;
@@ -94,9 +133,12 @@ describe('the Prometheus alert rules', () => {
   let series: Series[];
   /** The metric names `# TYPE` lines declare, with or without a sample yet. */
   let declared: Set<string>;
+  /** What a gateway serves before its first request. */
+  let fresh: Series[];
 
   beforeAll(async () => {
     gateway = await startTestGateway({ limits: { authFailures: 100_000 } });
+    fresh = served(await gateway.app.metrics.text());
     const { admin } = gateway.fixtures.keys;
     // A refusal, and a secret key in a query string (refused too, and counted as leaked).
     const unknown = await gateway.send({ path: WALLETS, headers: bearer('sk_test_unknown') });
@@ -168,6 +210,37 @@ describe('the Prometheus alert rules', () => {
     // Labels from closed sets only: no account, key id or Idempotency-Key.
     const labels = new Set(idempotency.flatMap((sample) => [...sample.labels.keys()]));
     expect(labels).toEqual(new Set(['route', 'outcome']));
+  });
+
+  it('are tested by promtool on series shaped as /metrics serves them', () => {
+    const inputs = testSeries();
+    expect(inputs.length).toBeGreaterThanOrEqual(40);
+    const labelNames = (name: string): Set<string> =>
+      new Set(
+        series
+          .filter((sample) => sample.name === name)
+          .flatMap((sample) => [...sample.labels.keys()]),
+      );
+    const misshapen = inputs.filter((input) => {
+      // A gateway's own metric: declared, and with the label names its samples carry.
+      if (input.name.startsWith('tollgate_')) {
+        if (!declared.has(input.name.replace(/_(bucket|sum|count)$/, ''))) return true;
+        const names = labelNames(input.name);
+        const given = [...input.labels.keys()];
+        if (names.size > 0 && (names.size !== given.length || !given.every((n) => names.has(n)))) {
+          return true;
+        }
+      }
+      // A series there from the first sample at 0 is one a gateway serves before any event: a
+      // counter that is not pre-created only appears with its first event, above 0.
+      if (input.first === 0) {
+        return !fresh.some(
+          (sample) => sample.name === input.name && sameLabels(sample.labels, input.labels),
+        );
+      }
+      return false;
+    });
+    expect(misshapen.map(({ text }) => text)).toEqual([]);
   });
 
   it('are the alerts of the table in docs/operating.md, with the same severity and for', () => {

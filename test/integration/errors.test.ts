@@ -2,7 +2,7 @@ import http from 'node:http';
 import request from 'supertest';
 import { createApp } from '../../gateway/app';
 import { DEFAULT_LIMITS } from '../../gateway/config';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import type { KeyRecord, KeyStore } from '../../lib/keys/key-store';
 import { TokenService } from '../../lib/tokens/tokens';
 import {

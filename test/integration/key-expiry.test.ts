@@ -1,4 +1,4 @@
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { KeyRing, sha256 } from '../../lib/keys/key-store';
 import { expectErrorBody } from '../helpers/error-body';
 import type { Fixtures, TestKey } from '../helpers/fixtures';

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { createAdminApp } from '../../gateway/admin';
 import { ROUTES } from '../../gateway/routes';
 import { KeyRing, sha256 } from '../../lib/keys/key-store';
-import type { KeyRecord } from '../../lib/keys/key-record';
+import type { KeyRecord } from '../../lib/model/key-record';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import { TokenService } from '../../lib/tokens/tokens';
 import { tollgate } from '../../lib';
@@ -20,7 +20,7 @@ import {
   uniquePrefix,
 } from '../helpers/redis';
 import { waitUntil } from '../multiprocess/harness';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 
 /**
  * Restricted keys through every door: the gateway's own routes, forward

@@ -2,7 +2,14 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Pool } from 'pg';
-import { ConflictError, KeyRing, PgKeyStore, sha256, TollgateError } from '../../lib';
+import {
+  ConflictError,
+  KeyAlreadyRolledError,
+  KeyRing,
+  PgKeyStore,
+  sha256,
+  TollgateError,
+} from '../../lib';
 import { IpWhitelist } from '../../lib/entry/core';
 import { SCHEMA_VERSION } from '../../lib/entry/postgres';
 import { FULL_LOAD_ROWS } from '../../lib/keys/pg-key-store';
@@ -149,8 +156,10 @@ describeWithPostgres('PostgreSQL key store', () => {
 
   describe('the write API', () => {
     let store: PgKeyStore;
+    let url: string;
     beforeAll(async () => {
-      store = await open(await migrated(server, 'writes'));
+      url = await migrated(server, 'writes');
+      store = await open(url);
     });
 
     it('creates accounts and keys; the secret is shown once and only its digest is stored', async () => {
@@ -198,10 +207,7 @@ describeWithPostgres('PostgreSQL key store', () => {
       expect(store.findById('key_roll')?.expiresAt).toBe(deadline);
       // Rolled already: a second roll, whose grace would not shorten the deadline, is refused.
       await expect(store.roll('key_roll', 600)).rejects.toEqual(
-        expectError(
-          409,
-          /^Key "key_roll" is already rolled: it stops working at .*; roll refused$/,
-        ),
+        expectError(409, /^Key "key_roll" is already rolled: roll refused$/),
       );
       expect(store.findById('key_roll')?.expiresAt).toBe(deadline);
       // grace 0: expired now, and a second roll is refused.
@@ -290,6 +296,32 @@ describeWithPostgres('PostgreSQL key store', () => {
       const accounts = await store.listAccounts();
       expect(accounts.map((a) => a.id)).toEqual(['acct_one', 'acct_roll', 'acct_two']);
       expect((await store.listAccounts()).flatMap((a) => a.keys).length).toBeGreaterThan(0);
+    });
+
+    it('rolls once when asked to: of rolls at once from two stores, one makes a replacement', async () => {
+      await store.createAccount('acct_once');
+      await store.createKey('acct_once', { id: 'key_once' });
+      const other = await open(url);
+      await within(3000, () => other.findById('key_once') !== undefined);
+      const rolls = await Promise.allSettled([
+        store.roll('key_once', 300, { once: true }),
+        other.roll('key_once', 300, { once: true }),
+      ]);
+      const made = rolls.filter((roll) => roll.status === 'fulfilled');
+      const refused = rolls.flatMap((roll) =>
+        roll.status === 'rejected' ? [roll.reason as unknown] : [],
+      );
+      expect(made).toHaveLength(1);
+      expect(refused).toHaveLength(1);
+      expect(refused[0]).toBeInstanceOf(KeyAlreadyRolledError);
+      expect(refused[0]).toEqual(expectError(409, /^Key "key_once" is already rolled/));
+      const keys = (await store.listAccounts()).find((a) => a.id === 'acct_once')?.keys ?? [];
+      expect(keys).toHaveLength(2);
+      // Without `once` too: every roll of a key in its grace is refused, no other replacement.
+      await expect(store.roll('key_once', 300)).rejects.toBeInstanceOf(KeyAlreadyRolledError);
+      expect(
+        (await store.listAccounts()).find((a) => a.id === 'acct_once')?.keys ?? [],
+      ).toHaveLength(2);
     });
 
     it('finds one account by its id, with its settings, and nothing for an unknown id', async () => {
@@ -495,6 +527,20 @@ describeWithPostgres('PostgreSQL key store', () => {
       // Recording use is not a change of the ring: no new version, no reload.
       await store.sync();
       expect(store.state().version).toBe(version);
+      // The time written is the last use's, not the flush's; a lookup about a key is no use.
+      const usedFrom = Date.now();
+      store.findBySecretKey(used.secretKey);
+      const usedUntil = Date.now();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(store.peekBySecretKey(used.secretKey)?.id).toBe('key_used');
+      const idle = await store.createKey('acct_used', { id: 'key_peeked' });
+      store.peekBySecretKey(idle.secretKey);
+      expect(await store.flushLastUsed()).toBe(1);
+      const written = await lastUsed();
+      expect(written.key_used?.getTime()).toBeGreaterThanOrEqual(usedFrom - 50);
+      // On the database's clock: the same as this process's here, give or take a round trip.
+      expect(written.key_used?.getTime()).toBeLessThanOrEqual(usedUntil + 50);
+      expect(written.key_peeked).toBeNull();
       await pool.end();
     });
   });

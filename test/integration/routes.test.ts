@@ -1,5 +1,5 @@
 import { ROUTES } from '../../gateway/routes';
-import { ROLES, type Role } from '../../lib/core/roles';
+import { ROLES, type Role } from '../../lib/model/roles';
 import { allowedMethods, expectErrorBody } from '../helpers/error-body';
 import { allSecrets, type TestKey } from '../helpers/fixtures';
 import { startTestGateway, type TestGateway } from '../helpers/gateway';

@@ -6,7 +6,7 @@ import { loadConfig } from '../../gateway/config';
 import { type RunningGateway, startGateway } from '../../gateway/start';
 import { PgKeyStore } from '../../lib';
 import { GATEWAY_LIMIT_SCOPES } from '../../gateway/keys-cli/limit-scopes';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { migrate } from '../../lib/keys/pg-schema';
 import { expectErrorBody } from '../helpers/error-body';
 import { TOKEN_SECRET } from '../helpers/fixtures';
@@ -20,7 +20,9 @@ import { type HttpResult, httpRequest } from '../helpers/process';
  * the programme's, its public-keys document served from a loopback server that counts its reads.
  * A reported secret key must be refused by the SECOND gateway within 1 s, with its tokens; and
  * every refused report (unsigned, wrongly signed, unknown signer, oversized) or report sent again
- * must change nothing.
+ * must change nothing. A report is not a use of the key; a report that cannot be verified because
+ * the public-keys document cannot be read is answered 503, to be sent again; and two gateways
+ * that roll, given one report at once, roll the key once.
  */
 
 const PATH = '/leaks/github';
@@ -85,9 +87,17 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
   let first: RunningGateway;
   let second: RunningGateway;
   let rolling: RunningGateway;
+  /** A second gateway that rolls, on the same database. */
+  let rollingTwin: RunningGateway;
+  /** A gateway reading the public keys from a server that fails until told to serve. */
+  let flaky: RunningGateway;
   let logs: CapturedLogs;
   let rollingLogs: CapturedLogs;
+  let twinLogs: CapturedLogs;
+  let flakyLogs: CapturedLogs;
   let keysServer: http.Server;
+  let flakyKeysServer: http.Server;
+  let flakyServes = false;
   let keysReads = 0;
   const github = newSigner();
   const figures: Record<string, number> = {};
@@ -138,16 +148,29 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     expect(exchanged.status).toBe(200);
     return String(exchanged.body?.token);
   };
+  /** The gateway's database key store, for lookups that are not a use and its writes of uses. */
+  const databaseOf = (gateway: RunningGateway): PgKeyStore => {
+    if (!(gateway.keyStore instanceof PgKeyStore)) throw new Error('not on the database');
+    return gateway.keyStore;
+  };
+  /** Waits until every gateway taking reports holds the key, without using it. */
+  const reachesReportTakers = async (secret: string): Promise<void> => {
+    const started = Date.now();
+    while (
+      [first, rolling, rollingTwin, flaky].some(
+        (gateway) => databaseOf(gateway).peekBySecretKey(secret) === undefined,
+      )
+    ) {
+      if (Date.now() - started > 3000) throw new Error('a new key never reached every gateway');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  };
   const newKey = async (): Promise<{ id: string; secret: string; publishable: string }> => {
     const key = await store().createKey('acct_shop');
     // In force on every gateway before the test goes on.
+    await reachesReportTakers(key.secretKey);
     const started = Date.now();
-    while (
-      (await onSecond(key.secretKey)).status !== 200 ||
-      [first, rolling].some(
-        (gateway) => gateway.keyStore.findBySecretKey(key.secretKey) === undefined,
-      )
-    ) {
+    while ((await onSecond(key.secretKey)).status !== 200) {
       if (Date.now() - started > 3000)
         throw new Error('a new key never reached the second gateway');
       await new Promise((resolve) => setTimeout(resolve, 10));
@@ -183,9 +206,27 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     });
     await new Promise<void>((resolve) => keysServer.listen(0, '127.0.0.1', resolve));
     const keysUrl = `http://127.0.0.1:${String((keysServer.address() as AddressInfo).port)}/keys`;
+    // Fails as an overloaded server does until told to serve.
+    flakyKeysServer = http.createServer((_req, res) => {
+      if (!flakyServes) {
+        res.statusCode = 503;
+        res.end('unavailable');
+        return;
+      }
+      res.setHeader('content-type', 'application/json');
+      res.end(
+        JSON.stringify({
+          public_keys: [{ key_identifier: github.identifier, key: github.pem, is_current: true }],
+        }),
+      );
+    });
+    await new Promise<void>((resolve) => flakyKeysServer.listen(0, '127.0.0.1', resolve));
+    const flakyPort = String((flakyKeysServer.address() as AddressInfo).port);
     const env = { PORT: '0', TOLLGATE_DATABASE_URL: url, TOLLGATE_TOKEN_SECRET: TOKEN_SECRET };
     logs = captureLogs();
     rollingLogs = captureLogs();
+    twinLogs = captureLogs();
+    flakyLogs = captureLogs();
     first = await startGateway(
       loadConfig({
         ...env,
@@ -209,6 +250,24 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
       }),
       { logger: rollingLogs.logger, print: () => undefined },
     );
+    rollingTwin = await startGateway(
+      loadConfig({
+        ...env,
+        TOLLGATE_SECRET_SCANNING_PATH: PATH,
+        TOLLGATE_SECRET_SCANNING_KEYS_URL: keysUrl,
+        TOLLGATE_SECRET_SCANNING_ACTION: 'roll',
+        TOLLGATE_SECRET_SCANNING_GRACE_SECONDS: '600',
+      }),
+      { logger: twinLogs.logger, print: () => undefined },
+    );
+    flaky = await startGateway(
+      loadConfig({
+        ...env,
+        TOLLGATE_SECRET_SCANNING_PATH: PATH,
+        TOLLGATE_SECRET_SCANNING_KEYS_URL: `http://127.0.0.1:${flakyPort}/keys`,
+      }),
+      { logger: flakyLogs.logger, print: () => undefined },
+    );
     admin = await PgKeyStore.open({
       connectionString: url,
       logger: captureLogs().logger,
@@ -217,11 +276,14 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
     await store().createAccount('acct_shop');
   }, 60_000);
   afterAll(async () => {
+    await flaky.stop(500);
+    await rollingTwin.stop(500);
     await rolling.stop(500);
     await second.stop(500);
     await first.stop(500);
     await admin.close();
     await new Promise((resolve) => keysServer.close(resolve));
+    await new Promise((resolve) => flakyKeysServer.close(resolve));
     server.destroy();
     process.stdout.write(
       `[secret-scanning] revoked on the second gateway after ${figures.revoke?.toFixed(0) ?? '?'} ms\n`,
@@ -492,6 +554,157 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
       .entries()
       .filter((entry) => entry.event === 'security.leaked_secret_key');
     expect(leaked).toHaveLength(1);
+  });
+
+  it('records no use of a reported key: last_used_at stays as clients left it, before revoked_at', async () => {
+    // A key no client ever used, in force on every gateway taking reports.
+    const idle = await store().createKey('acct_shop');
+    await reachesReportTakers(idle.secretKey);
+    // A key a client used, then left alone.
+    const used = await newKey();
+    const usedFrom = new Date();
+    expect((await onSecond(used.secret)).status).toBe(200);
+    const usedUntil = new Date();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+
+    const answered = await signed(reportBody([{ token: idle.secretKey }, { token: used.secret }]));
+    expect(answers(answered)).toEqual([
+      expect.objectContaining({ label: 'true_positive' }),
+      expect.objectContaining({ label: 'true_positive' }),
+    ]);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The uses each gateway holds, written as every gateway writes them (every 30 s, and on stop).
+    for (const gateway of [first, second, rolling, rollingTwin, flaky]) {
+      await databaseOf(gateway).flushLastUsed();
+    }
+    const keys = (await store().listAccounts()).flatMap((account) => account.keys);
+    const idleNow = keys.find((key) => key.id === idle.id);
+    const usedNow = keys.find((key) => key.id === used.id);
+    expect(idleNow?.revokedAt).toBeInstanceOf(Date);
+    expect(idleNow?.lastUsedAt).toBeNull();
+    const revokedAt = usedNow?.revokedAt?.getTime() ?? 0;
+    const lastUsedAt = usedNow?.lastUsedAt?.getTime() ?? Number.NaN;
+    expect(revokedAt).toBeGreaterThan(0);
+    // Its last real use (on the database's clock, give or take a round trip), before the report.
+    expect(lastUsedAt).toBeGreaterThanOrEqual(usedFrom.getTime() - 50);
+    expect(lastUsedAt).toBeLessThanOrEqual(usedUntil.getTime() + 50);
+    expect(lastUsedAt).toBeLessThan(revokedAt);
+  });
+
+  it('answers 503 to a signed report while the keys document cannot be read, then takes it', async () => {
+    expect(await first.app.metrics.text()).toContain(
+      'tollgate_secret_scanning_deferred_total{reason="keys_unavailable"} 0',
+    );
+    const key = await newKey();
+    const before = await stored();
+    const body = reportBody([{ token: key.secret }]);
+    flakyLogs.clear();
+    const deferred = await signed(body, github, flaky);
+    expectErrorBody(deferred, { status: 503, code: 'upstream_unavailable' });
+    expect(deferred.headers['retry-after']).toMatch(/^[1-9]\d*$/);
+    expect(deferred.text).not.toContain(key.secret);
+    expect(await stored()).toEqual(before);
+    expect((await onSecond(key.secret)).status).toBe(200);
+    const metrics = await flaky.app.metrics.text();
+    expect(metrics).toContain(
+      'tollgate_secret_scanning_deferred_total{reason="keys_unavailable"} 1',
+    );
+    expect(metrics).toContain('tollgate_secret_scanning_refusals_total{reason="unknown_key"} 0');
+    expect(flakyLogs.entries()).toContainEqual(
+      expect.objectContaining({
+        level: 'warn',
+        event: 'secret_scanning.deferred',
+        reason: 'keys_unavailable',
+        key_identifier: github.identifier,
+      }),
+    );
+    expect(findLeaks(flakyLogs.lines.join('\n'), [key.secret])).toEqual([]);
+
+    // The programme sends it again once the document is served: the key is revoked.
+    flakyServes = true;
+    const taken = await signed(body, github, flaky);
+    expect(taken.status).toBe(200);
+    expect(answers(taken)).toEqual([
+      { token_hash: hashOf(key.secret), token_type: 'tollgate_secret_key', label: 'true_positive' },
+    ]);
+    const started = Date.now();
+    while ((await onSecond(key.secret)).status !== 401) {
+      if (Date.now() - started > 3000) throw new Error('still in force after 3 s');
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    // The document read, a signer it does not list is refused as before.
+    expectErrorBody(await signed(body, newSigner(), flaky), {
+      status: 401,
+      code: 'invalid_credentials',
+    });
+  });
+
+  it('with roll on two gateways: one report reaching both at once rolls the key once', async () => {
+    const key = await newKey();
+    const countKeys = async (): Promise<number> =>
+      ((await stored()) as { keys: unknown[] }[])[0]?.keys.length ?? 0;
+    const before = await countKeys();
+    rollingLogs.clear();
+    twinLogs.clear();
+    const body = reportBody([{ token: key.secret }]);
+    const both = await Promise.all([
+      signed(body, github, rolling),
+      signed(body, github, rollingTwin),
+    ]);
+    for (const result of both) {
+      expect(result.status).toBe(200);
+      expect(answers(result)).toEqual([
+        {
+          token_hash: hashOf(key.secret),
+          token_type: 'tollgate_secret_key',
+          label: 'true_positive',
+        },
+      ]);
+    }
+    expect(await countKeys()).toBe(before + 1);
+    const entries = [...rollingLogs.entries(), ...twinLogs.entries()];
+    const leaked = entries.filter((entry) => entry.event === 'security.leaked_secret_key');
+    expect(leaked).toHaveLength(1);
+    expect(entries.filter((entry) => entry.event === 'admin.audit')).toHaveLength(1);
+    // The other answered as for a key rolled just before: reported, nothing changed.
+    expect(entries).toContainEqual(
+      expect.objectContaining({ event: 'secret_scanning.key_reported', key_id: key.id }),
+    );
+    // Still in force during the grace period.
+    expect((await onSecond(key.secret)).status).toBe(200);
+  });
+
+  it('takes tokens reported without url or source, and refuses one without a type', async () => {
+    const key = await newKey();
+    logs.clear();
+    const plain = Buffer.from(
+      JSON.stringify([{ token: key.secret, type: 'tollgate_test_secret_key' }]),
+    );
+    const answered = await signed(plain);
+    expect(answered.status).toBe(200);
+    expect(answers(answered)).toEqual([
+      {
+        token_hash: hashOf(key.secret),
+        token_type: 'tollgate_test_secret_key',
+        label: 'true_positive',
+      },
+    ]);
+    expect(logs.entries()).toContainEqual(
+      expect.objectContaining({
+        event: 'security.leaked_secret_key',
+        key_id: key.id,
+        source_url: null,
+        source: null,
+      }),
+    );
+    const other = await newKey();
+    const before = await stored();
+    expectErrorBody(await signed(Buffer.from(JSON.stringify([{ token: other.secret }]))), {
+      status: 400,
+      code: 'invalid_request',
+      message: '[0].type must be a string',
+    });
+    expect(await stored()).toEqual(before);
   });
 
   it('limits reports per client address: over the limit, 429 before the body is read', async () => {

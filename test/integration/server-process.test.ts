@@ -3,9 +3,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { sha256 } from '../../lib/keys/key-store';
-import { ROLES } from '../../lib/core/roles';
+import { ROLES } from '../../lib/model/roles';
 import { expectErrorBody } from '../helpers/error-body';
 import { findLeaks } from '../helpers/logs';
 import {
@@ -76,6 +76,31 @@ describe('the gateway process (dist/gateway/server.js)', () => {
   afterEach(async () => {
     for (const child of running.splice(0)) await child.stop();
     rmSync(directory, { recursive: true, force: true });
+  });
+
+  it('says at start which optional features are on', async () => {
+    const plain = await start({});
+    const adminTokenSha256 = sha256('server-process-admin-token').toString('hex');
+    const managed = await start({
+      TOLLGATE_ADMIN_PORT: String(await freePort()),
+      TOLLGATE_ADMIN_TOKEN_SHA256: adminTokenSha256,
+      TOLLGATE_IDEMPOTENCY_REQUIRED: '/api/v1/payouts/',
+    });
+    const started = (gateway: NodeProcess): Record<string, unknown> | undefined =>
+      gateway.entries().find((entry) => entry.event === 'gateway.started');
+    expect(started(plain.gateway)).toMatchObject({
+      keys: 'demo',
+      tracing: 'off',
+      idempotency: { store: 'memory', required: [] },
+      secret_scanning: 'off',
+      key_management: 'off',
+      dashboard: 'off',
+    });
+    expect(started(managed.gateway)).toMatchObject({
+      idempotency: { store: 'memory', required: ['/api/v1/payouts/'] },
+      key_management: 'read-only',
+      dashboard: 'on',
+    });
   });
 
   it('without a keys file, prints demo credentials once, and they work', async () => {
@@ -166,6 +191,16 @@ describe('the gateway process (dist/gateway/server.js)', () => {
           return { TOLLGATE_KEYS_FILE: file };
         },
         /ipWhitelist\[1\].*10\.0\.0\.0\/33/,
+      ],
+      [
+        'a misspelt setting, TOLLGATE_KEY_FILE for TOLLGATE_KEYS_FILE',
+        () => ({ TOLLGATE_KEY_FILE: '/etc/tollgate/keys.json' }),
+        /TOLLGATE_KEY_FILE is not a Tollgate setting \(did you mean TOLLGATE_KEYS_FILE\?\)/,
+      ],
+      [
+        'a setting in the wrong case',
+        () => ({ TOLLGATE_Trust_Proxy: 'loopback' }),
+        /TOLLGATE_Trust_Proxy is not a Tollgate setting \(did you mean TOLLGATE_TRUST_PROXY\?\)/,
       ],
       [
         'a keys file that does not exist',

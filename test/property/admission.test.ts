@@ -3,7 +3,7 @@ import { Redis } from 'ioredis';
 import type { RequestFacts } from '../../lib/core/facts';
 import { type CompiledPolicy, createGate, type Decision, type Gate } from '../../lib/core/gate';
 import { RateLimitedError } from '../../lib/errors';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { KeyRing, sha256 } from '../../lib/keys/key-store';
 import { AdmissionStore } from '../../lib/rate-limit/admission-store';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';

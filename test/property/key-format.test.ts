@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { generateKey, KEY_MAX_LENGTH, KEY_MIN_LENGTH, keyShape } from '../../lib/keys/key-format';
+import { generateKey, KEY_MAX_LENGTH, KEY_MIN_LENGTH, keyShape } from '../../lib/model/key-format';
 
 /**
  * Key shapes: keys made by the key command carry a checksum, so any one-character typo or forgery

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { AuthenticationError } from '../../lib/errors';
-import { ROLES } from '../../lib/core/roles';
+import { ROLES } from '../../lib/model/roles';
 import { TokenService } from '../../lib/tokens/tokens';
 import { TOKEN_SECRET } from '../helpers/fixtures';
 import { startTestGateway, type TestGateway } from '../helpers/gateway';

@@ -2,8 +2,8 @@ import { isIP } from 'node:net';
 import fc from 'fast-check';
 import ipaddr from 'ipaddr.js';
 import { ConfigurationError } from '../../lib/errors';
-import { canonicalClientIp, formatCidr, parseCidrEntry } from '../../lib/core/ip-address';
-import { IpWhitelist } from '../../lib/core/ip-whitelist';
+import { canonicalClientIp, formatCidr, parseCidrEntry } from '../../lib/model/ip-address';
+import { IpWhitelist } from '../../lib/model/ip-whitelist';
 
 /**
  * Whitelist entries and client addresses under random input: parsing never throws, canonical forms

@@ -1,7 +1,7 @@
 import net from 'node:net';
 import { Redis } from 'ioredis';
 import { DEFAULT_LIMITS } from '../../gateway/config';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import type { LimiterRedis } from '../../lib/rate-limit/window';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 import { createFixtures, type Fixtures } from '../helpers/fixtures';

@@ -11,7 +11,7 @@ import {
 import { type FileHandle, open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { sha256 } from '../../lib/keys/key-store';
 import { distScript, httpRequest, type HttpResult, NodeProcess } from '../helpers/process';
 import {

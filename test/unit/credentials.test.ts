@@ -14,7 +14,7 @@ import {
   InvalidRequestError,
   RateLimitedError,
 } from '../../lib/errors';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { createAuthFailureLimiter } from '../../lib/rate-limit/auth-failures';
 import { MAX_TOKEN_LENGTH, TokenService } from '../../lib/tokens/tokens';
 import { createFixtures, TOKEN_SECRET } from '../helpers/fixtures';

@@ -3,7 +3,7 @@ import {
   type CidrRange,
   formatCidr,
   parseCidrEntry,
-} from '../../lib/core/ip-address';
+} from '../../lib/model/ip-address';
 
 function parsed(entry: unknown): CidrRange {
   const result = parseCidrEntry(entry);

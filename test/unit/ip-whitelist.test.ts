@@ -1,7 +1,7 @@
 import type { NextFunction, Request, Response } from 'express';
 import { ConfigurationError, IpNotWhitelistedError } from '../../lib/errors';
-import { IP_WHITELIST_MEMO_SIZE, IpWhitelist, WhitelistParser } from '../../lib/core/ip-whitelist';
-import { generateKey } from '../../lib/keys/key-format';
+import { IP_WHITELIST_MEMO_SIZE, IpWhitelist, WhitelistParser } from '../../lib/model/ip-whitelist';
+import { generateKey } from '../../lib/model/key-format';
 import { KeyRing, sha256 } from '../../lib/keys/key-store';
 import { type IpWhitelistOptions, requireWhitelistedIp } from '../../lib/express/access';
 import type { AuthContext, CredentialKind } from '../../lib/types';

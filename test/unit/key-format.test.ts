@@ -6,7 +6,7 @@ import {
   keyPrefixType,
   keyShape,
   type KeyType,
-} from '../../lib/keys/key-format';
+} from '../../lib/model/key-format';
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const CHECKSUM_LENGTH = 6;

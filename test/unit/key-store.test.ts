@@ -2,7 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigurationError } from '../../lib/errors';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { FileKeyStore, KeyRing, sha256 } from '../../lib/keys/key-store';
 import { createFixtures } from '../helpers/fixtures';
 

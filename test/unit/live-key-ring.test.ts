@@ -1,8 +1,8 @@
 import fc from 'fast-check';
-import { IpWhitelist } from '../../lib/core/ip-whitelist';
-import { ROLES } from '../../lib/core/roles';
+import { IpWhitelist } from '../../lib/model/ip-whitelist';
+import { ROLES } from '../../lib/model/roles';
 import { sha256 } from '../../lib/keys/key-digest';
-import type { KeyRecord } from '../../lib/keys/key-record';
+import type { KeyRecord } from '../../lib/model/key-record';
 import {
   type AccountRow,
   type KeyRow,

@@ -1,11 +1,11 @@
 import fc from 'fast-check';
-import { IpWhitelist } from '../../lib/core/ip-whitelist';
-import { ROLES, type Role } from '../../lib/core/roles';
+import { IpWhitelist } from '../../lib/model/ip-whitelist';
+import { ROLES, type Role } from '../../lib/model/roles';
 import { sha256 } from '../../lib/keys/key-digest';
-import type { KeyRecord } from '../../lib/keys/key-record';
+import type { KeyRecord } from '../../lib/model/key-record';
 import { PackedTableBuilder } from '../../lib/keys/packed-builder';
 import { PackedKeyRing } from '../../lib/keys/packed-key-ring';
-import { permissionMask, permissionNames } from '../../lib/core/permissions';
+import { permissionMask, permissionNames } from '../../lib/model/permissions';
 import { MessageChannel } from 'node:worker_threads';
 import { type PackedTable, transferList } from '../../lib/keys/packed-table';
 

@@ -1,7 +1,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { generateKey } from '../../lib/keys/key-format';
+import { generateKey } from '../../lib/model/key-format';
 import { sha256 } from '../../lib/keys/key-store';
 import { buildRingHere, LARGE_FILE_BYTES } from '../../lib/keys/ring-sources';
 

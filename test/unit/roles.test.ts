@@ -8,7 +8,7 @@ import {
   type Role,
   roleSatisfies,
   ROLES,
-} from '../../lib/core/roles';
+} from '../../lib/model/roles';
 import { requireRole } from '../../lib/express/access';
 import type { AuthContext } from '../../lib/types';
 

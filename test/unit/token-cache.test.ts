@@ -1,8 +1,8 @@
 import jwt from 'jsonwebtoken';
 import { createGate, type Decision } from '../../lib/core/gate';
 import type { RequestFacts } from '../../lib/core/facts';
-import type { Role } from '../../lib/core/roles';
-import { generateKey } from '../../lib/keys/key-format';
+import type { Role } from '../../lib/model/roles';
+import { generateKey } from '../../lib/model/key-format';
 import { KeyRing, type KeyRecord, type KeyStore, sha256 } from '../../lib/keys/key-store';
 import { DEFAULT_VERIFIED_TOKEN_CACHE_SIZE, TokenService } from '../../lib/tokens/tokens';
 

@@ -1,6 +1,6 @@
 import jwt from 'jsonwebtoken';
 import { AuthenticationError, ConfigurationError } from '../../lib/errors';
-import type { Role } from '../../lib/core/roles';
+import type { Role } from '../../lib/model/roles';
 import {
   DEFAULT_TOKEN_TTL_SECONDS,
   MAX_TOKEN_LENGTH,

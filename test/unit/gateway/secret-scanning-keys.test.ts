@@ -115,12 +115,80 @@ describe('the verification keys of secret scanning', () => {
       expect(checks).toEqual(Array.from({ length: 10 }, () => 'verified'));
       expect(reads).toBe(1);
       failing = true;
+      // Perhaps listed in the document not read: not checkable now, not unknown.
       expect(await keys.check(signer('unknown').id, signatureOf(next, BODY), BODY)).toBe(
-        'unknown_key',
+        'keys_unavailable',
       );
       expect(reads).toBe(2);
       expect(failures).toEqual([{ outcome: 'failed', reason: 'the keys URL answered 503' }]);
       expect(await keys.check(current.id, signatureOf(current, BODY), BODY)).toBe('verified');
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('tells a key the document cannot be read for from a key it does not list', async () => {
+    type Serving = 'down' | 'error' | 'unparsable' | 'document';
+    let serving: Serving = 'down';
+    const server = http.createServer((req, res) => {
+      if (serving === 'down') {
+        // No answer at all: the connection is cut, as an unreachable server's would be.
+        req.socket.destroy();
+        return;
+      }
+      if (serving === 'error') {
+        res.statusCode = 502;
+        res.end('Bad Gateway');
+        return;
+      }
+      res.setHeader('content-type', 'application/json');
+      res.end(serving === 'unparsable' ? '{"public_keys": [' : documentOf([current]));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${String((server.address() as AddressInfo).port)}/keys`;
+    try {
+      const keys = new VerificationKeys({ url, refreshIntervalMs: 0 });
+      const signed = signatureOf(current, BODY);
+      for (const failure of ['down', 'error', 'unparsable'] as const) {
+        serving = failure;
+        expect({ failure, check: await keys.check(current.id, signed, BODY) }).toEqual({
+          failure,
+          check: 'keys_unavailable',
+        });
+        // An identifier the programme never uses cannot be listed: refused as unknown.
+        expect(await keys.check('made-up', signed, BODY)).toBe('unknown_key');
+      }
+      serving = 'document';
+      expect(await keys.check(current.id, signed, BODY)).toBe('verified');
+      // The document read, an identifier it does not list is unknown.
+      expect(await keys.check(next.id, signatureOf(next, BODY), BODY)).toBe('unknown_key');
+      // The document unreadable again, a key already known still verifies.
+      serving = 'error';
+      expect(await keys.check(next.id, signatureOf(next, BODY), BODY)).toBe('keys_unavailable');
+      expect(await keys.check(current.id, signed, BODY)).toBe('verified');
+      expect(await keys.check(current.id, signatureOf(next, BODY), BODY)).toBe('bad_signature');
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('asks for a report again once the document may be read again', async () => {
+    const server = http.createServer((_req, res) => {
+      res.statusCode = 500;
+      res.end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${String((server.address() as AddressInfo).port)}/keys`;
+    try {
+      const keys = new VerificationKeys({ url, refreshIntervalMs: 60_000 });
+      const signed = signatureOf(current, BODY);
+      // The first read, then the one right after it: each may happen at once.
+      expect(await keys.check(current.id, signed, BODY)).toBe('keys_unavailable');
+      expect(keys.retryAfterSeconds()).toBe(1);
+      expect(await keys.check(current.id, signed, BODY)).toBe('keys_unavailable');
+      // Then at most one read a minute.
+      expect(keys.retryAfterSeconds()).toBeGreaterThan(55);
+      expect(keys.retryAfterSeconds()).toBeLessThanOrEqual(60);
     } finally {
       await new Promise((resolve) => server.close(resolve));
     }

@@ -1,10 +1,11 @@
 import type { AddressInfo } from 'node:net';
 import express, { type ErrorRequestHandler } from 'express';
-import type { KeyRecord, KeyStore } from '../../../lib';
-import { generateKey } from '../../../lib/keys/key-format';
+import type { KeyRecord } from '../../../lib';
+import { generateKey } from '../../../lib/model/key-format';
 import type { GatewayMetrics } from '../../../gateway/metrics';
 import {
   type KeyWriter,
+  type ReportLookups,
   secretScanning,
   type VerificationKeys,
 } from '../../../gateway/secret-scanning';
@@ -30,10 +31,10 @@ interface Harness {
 async function harness(action: 'revoke' | 'roll', write: () => Promise<void>): Promise<Harness> {
   const writes: string[] = [];
   let leaked = 0;
-  const keyStore = {
+  const lookups: ReportLookups = {
     findBySecretKey: (token: string) => (token === SECRET ? KEY : undefined),
     findByPublishableKey: () => undefined,
-  } as unknown as KeyStore;
+  };
   const writer: KeyWriter = {
     revoke: async (id: unknown) => {
       writes.push(`revoke ${String(id)}`);
@@ -61,7 +62,7 @@ async function harness(action: 'revoke' | 'roll', write: () => Promise<void>): P
     '/report',
     secretScanning({
       keys,
-      keyStore,
+      lookups,
       writer,
       action,
       graceSeconds: 300,

@@ -1,8 +1,11 @@
-import type { IpWhitelist } from '../core/ip-whitelist';
-import type { Role } from '../core/roles';
-import type { AccountLimits, ScopeKey } from '../core/limits';
+import type { IpWhitelist } from './ip-whitelist';
+import type { Role } from './roles';
 
-export type { AccountLimits };
+/** Per-account limit overrides: scope name to requests per window. */
+export type AccountLimits = Readonly<Record<string, number>>;
+
+/** What a limit scope counts: the authenticated account, or the client IP (IPv6 by /56 network). */
+export type ScopeKey = 'account' | 'ip';
 
 /** One API key pair as the server knows it. The secret itself is never held, only its SHA-256. */
 export interface KeyRecord {
