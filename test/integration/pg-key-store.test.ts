@@ -435,9 +435,10 @@ describeWithPostgres('PostgreSQL key store', () => {
       const listenerless = await PgKeyStore.open({ connectionString: url, pollIntervalMs: 500 });
       stores.push(listenerless);
       const internals = listenerless as unknown as {
-        listener?: { query(sql: string): Promise<unknown> };
+        changes: { listener?: { query(sql: string): Promise<unknown> } };
       };
-      await internals.listener?.query('UNLISTEN *');
+      expect(internals.changes.listener).toBeDefined();
+      await internals.changes.listener?.query('UNLISTEN *');
       t0 = performance.now();
       void one.setRole(rolled.id, 'level-1');
       figures.backstop = await within(
