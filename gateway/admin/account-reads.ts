@@ -1,5 +1,11 @@
 import type { RequestHandler } from 'express';
-import { type KeyDirectory, type KeyRecord, NotFoundError, type ScopeUsage } from '../../lib';
+import {
+  type KeyDirectory,
+  type KeyRecord,
+  type Logger,
+  NotFoundError,
+  type ScopeUsage,
+} from '../../lib';
 import type { MinuteCounts } from '../decision-history';
 import { asAdminError, type KeyManager } from './database-store';
 import { pathId } from './validation';
@@ -18,6 +24,8 @@ export type AccountDecisions = (accountId: string) => readonly MinuteCounts[];
 export interface AccountSources {
   readonly directory: Required<KeyDirectory>;
   readonly manager: KeyManager | undefined;
+  /** Where a database out of reach is logged. */
+  readonly logger: Logger;
 }
 
 /**
@@ -33,7 +41,7 @@ export function usageHandler(sources: AccountSources, usage: AccountUsage): Requ
         res.json(usageAnswer(id, await usage(id, account.limits)));
       })
       .catch((error: unknown) => {
-        next(asAdminError(error));
+        next(asAdminError(error, sources.logger));
       });
   };
 }
@@ -54,7 +62,7 @@ export function decisionsHandler(
         res.json(decisionsAnswer(id, decisions(id)));
       },
       (error: unknown) => {
-        next(asAdminError(error));
+        next(asAdminError(error, sources.logger));
       },
     );
   };

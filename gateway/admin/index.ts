@@ -158,11 +158,11 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
     });
     router.all(OPENAPI_PATH, methodNotAllowed(['GET']));
     const readBody = jsonBody({ limit: '16kb' });
-    const sources = { directory, manager };
+    const sources = { directory, manager, logger };
     const handlers = {
       ...(manager === undefined
         ? fileHandlers(directory, options.readOnlyReason)
-        : databaseHandlers(manager)),
+        : databaseHandlers(manager, logger)),
       'accounts.usage':
         options.usage === undefined ? unserved : usageHandler(sources, options.usage),
       'accounts.decisions':

@@ -4,6 +4,7 @@
  * key-administration methods answer with. Needs the optional peer `pg`.
  */
 export { NOTIFY_CHANNEL } from '../keys/pg-key-store';
+export type { KeyAdmin } from '../keys/key-admin';
 export {
   MAX_GRACE_SECONDS,
   SCHEMA_VERSION,
