@@ -28,6 +28,7 @@ const SERVER_SUITES = [
   // PostgreSQL: each suite starts its own cluster.
   'test/integration/account-limits-database.test.ts',
   'test/integration/admin-database.test.ts',
+  'test/integration/admin-edges-database.test.ts',
   'test/integration/database-fleet.test.ts',
   'test/integration/keys-cli-database.test.ts',
   'test/integration/keys-cli-limits.test.ts',

@@ -64,6 +64,8 @@ export interface AppOptions {
   upstreamTimeoutMs?: number;
   /** Limit scopes and accounts' IP whitelists tried in shadow mode (never enforced). */
   shadow?: ShadowConfig;
+  /** Whether `/healthz` and `/readyz` are traced while tracing is on; not by default. */
+  traceProbes?: boolean;
   /** The readiness probe of the upstream (`/readyz`). Defaults to every 500 ms, 1000 ms timeout. */
   upstreamProbe?: { intervalMs?: number; timeoutMs?: number };
   /**
@@ -183,6 +185,7 @@ export function createApp(options: AppOptions): GatewayApp {
         auditIdempotency(logger, event);
       },
     },
+    untracedPaths: options.traceProbes === true ? [] : PROBE_PATHS,
     onDecision: (event) => {
       const rateLimits = gate.rateLimitState();
       metrics.decision(event, rateLimits);
@@ -339,6 +342,9 @@ export function createApp(options: AppOptions): GatewayApp {
     decisions: (accountId: string) => history.minutes(accountId),
   });
 }
+
+/** The main listener's probes, for load balancers and orchestrators. */
+const PROBE_PATHS = ['/healthz', '/readyz'];
 
 /** Where the forward-auth door is mounted on the main listener. */
 const FORWARD_AUTH_PATH = '/authz';

@@ -106,6 +106,11 @@ export interface TracingConfig {
    * decides.
    */
   readonly trustRemoteSampling: boolean;
+  /**
+   * `TOLLGATE_TRACE_PROBES`: whether operators' probes (`/healthz`, `/readyz`, `/metrics`) are
+   * traced. `false` by default: a scrape every few seconds would be a root trace each.
+   */
+  readonly probes: boolean;
 }
 
 export interface SecretScanningConfig {
@@ -188,6 +193,7 @@ export const SETTINGS: readonly string[] = [
   'TOLLGATE_TOKEN_SECRET',
   'TOLLGATE_TOKEN_SECRET_FILE',
   'TOLLGATE_TOKEN_TTL_SECONDS',
+  'TOLLGATE_TRACE_PROBES',
   'TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING',
   'TOLLGATE_TRUST_PROXY',
   'TOLLGATE_UPSTREAM_TIMEOUT_MS',
@@ -409,6 +415,7 @@ function keysUrlOf(env: Env): string | undefined {
  */
 function tracing(env: Env): TracingConfig | undefined {
   const trustRemoteSampling = booleanSetting(env, 'TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING', false);
+  const probes = booleanSetting(env, 'TOLLGATE_TRACE_PROBES', false);
   const disabled = booleanSetting(env, 'OTEL_SDK_DISABLED', false);
   const exporter = optional(env, 'OTEL_TRACES_EXPORTER') ?? 'otlp';
   if (exporter !== 'otlp' && exporter !== 'none') {
@@ -456,7 +463,7 @@ function tracing(env: Env): TracingConfig | undefined {
   ) {
     return undefined;
   }
-  return { protocol, sampler: sampler as TraceSamplerName, ratio, trustRemoteSampling };
+  return { protocol, sampler: sampler as TraceSamplerName, ratio, trustRemoteSampling, probes };
 }
 
 /** `true` or `false`, nothing else. */

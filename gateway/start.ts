@@ -115,6 +115,7 @@ export async function startGateway(
     publicKeyHeader: config.publicKeyHeader,
     upstreamTimeoutMs: config.upstreamTimeoutMs,
     shadow: config.shadow,
+    traceProbes: config.tracing?.probes,
     idempotency: { ...config.idempotency, secret },
     secretScanning:
       config.secretScanning === undefined || databaseStore === undefined
@@ -160,6 +161,7 @@ export async function startGateway(
           logger,
           manager: databaseStore,
           readiness: app.readiness,
+          traceProbes: config.tracing?.probes,
           metrics: app.metrics,
           usage: (accountId, limits) => app.usage(accountId, limits),
           decisions: (accountId) => app.decisions(accountId),

@@ -33,3 +33,15 @@ export {
 export { isExpired } from './model/key-record';
 export { IDEMPOTENCY_OUTCOMES } from './core/idempotency';
 export { keepsAnswer, releaseAnswer } from './express/idempotency';
+export { planRoll } from './keys/key-roll';
+export {
+  accountLimits,
+  expiresAt,
+  expiryTime,
+  type Fail,
+  identifier,
+  ipWhitelist,
+  keyPermissions,
+  role,
+} from './keys/key-rules';
+export { isGraceSeconds, MAX_GRACE_SECONDS } from './keys/key-roll';

@@ -1,5 +1,5 @@
 import type { RequestHandler } from 'express';
-import { type KeyDirectory, type KeyRecord } from '../../lib';
+import { type KeyDirectory, type KeyRecord, type Logger } from '../../lib';
 import { NotFoundError } from '../../lib/internal';
 import { type ScopeUsage } from '../../lib/entry/core';
 import type { MinuteCounts } from '../decision-history';
@@ -20,6 +20,8 @@ export type AccountDecisions = (accountId: string) => readonly MinuteCounts[];
 export interface AccountSources {
   readonly directory: Required<KeyDirectory>;
   readonly manager: KeyManager | undefined;
+  /** Where a database out of reach is logged. */
+  readonly logger: Logger;
 }
 
 /**
@@ -35,7 +37,7 @@ export function usageHandler(sources: AccountSources, usage: AccountUsage): Requ
         res.json(usageAnswer(id, await usage(id, account.limits)));
       })
       .catch((error: unknown) => {
-        next(asAdminError(error));
+        next(asAdminError(error, sources.logger));
       });
   };
 }
@@ -56,7 +58,7 @@ export function decisionsHandler(
         res.json(decisionsAnswer(id, decisions(id)));
       },
       (error: unknown) => {
-        next(asAdminError(error));
+        next(asAdminError(error, sources.logger));
       },
     );
   };

@@ -68,6 +68,8 @@ export interface AdminAppOptions {
   readonly readOnlyReason: string;
   /** `GET /readyz`, the same answer as the main listener's. */
   readonly readiness?: Readiness | undefined;
+  /** Whether `/readyz` and `/metrics` are traced while tracing is on; not by default. */
+  readonly traceProbes?: boolean | undefined;
   /** `GET /metrics` (no token: bind the admin listener where only operators reach it). */
   readonly metrics?: Pick<GatewayMetrics, 'text' | 'contentType'> | undefined;
   /** The dashboard's sessions; a store of its own by default. */
@@ -110,11 +112,13 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
       ? [answerCheck(description, logger, operationAnswers(method, templateOf(path)))]
       : [];
 
-  // Every admin request is a span of its own while tracing is on (named by its route in `audit`).
+  // Every admin request is a span of its own while tracing is on (named by its route in `audit`),
+  // but Prometheus's scrapes and the readiness probe, unless asked for.
   const loggablePath = createPathRedactor();
+  const untraced = new Set(options.traceProbes === true ? [] : ['/readyz', '/metrics']);
   app.use(
     (req, res, next) => {
-      traceRequest(req, res, loggablePath);
+      traceRequest(req, res, loggablePath, untraced);
       next();
     },
     requestId(),
@@ -155,11 +159,11 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
     });
     router.all(OPENAPI_PATH, methodNotAllowed(['GET']));
     const readBody = jsonBody({ limit: '16kb' });
-    const sources = { directory, manager };
+    const sources = { directory, manager, logger };
     const handlers = {
       ...(manager === undefined
         ? fileHandlers(directory, options.readOnlyReason)
-        : databaseHandlers(manager)),
+        : databaseHandlers(manager, logger)),
       'accounts.usage':
         options.usage === undefined ? unserved : usageHandler(sources, options.usage),
       'accounts.decisions':

@@ -3,6 +3,7 @@ import { ConfigurationError, KeyRing, TollgateError } from '../../lib';
 import { ConflictError } from '../../lib/internal';
 import { PgKeyStore } from '../../lib/entry/postgres';
 import type { KeyView } from '../../lib/entry/postgres';
+import { parseRole } from '../../lib/internal';
 import { describeDatabaseFault } from './database-errors';
 import {
   type CommandName,
@@ -130,7 +131,7 @@ async function create(store: PgKeyStore, options: Options, where: string): Promi
   const accountId = required(options.account, 'create', '--account <id>');
   const permissions = permissionsOption(options, 'create');
   const keyOptions = {
-    ...(options.role === undefined ? {} : { role: options.role }),
+    ...(options.role === undefined ? {} : { role: parseRole(options.role, '--role') }),
     ...(options.key === undefined ? {} : { id: options.key }),
     ...(permissions === null ? {} : { permissions }),
   };
@@ -174,7 +175,10 @@ async function revoke(store: PgKeyStore, options: Options, where: string): Promi
 
 async function setRole(store: PgKeyStore, options: Options, where: string): Promise<void> {
   const keyId = required(options.key, 'set-role', '--key <id>');
-  const key = await store.setRole(keyId, required(options.role, 'set-role', '--role <role>'));
+  const key = await store.setRole(
+    keyId,
+    parseRole(required(options.role, 'set-role', '--role <role>'), '--role'),
+  );
   console.log(
     `Key ${key.id} now has the role ${key.role} in ${where}, for its tokens too. ${APPLIED}`,
   );

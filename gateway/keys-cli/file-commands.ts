@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { ConfigurationError, generateKey, type KeyEnvironment, KeyRing, sha256 } from '../../lib';
 import { parseRole } from '../../lib/internal';
+import { planRoll } from '../../lib/internal';
 import {
   type CommandName,
   environment,
@@ -111,16 +112,26 @@ function create(document: KeysDocument, options: Options, file: string): void {
 function roll(document: KeysDocument, options: Options, file: string): void {
   const { account, key } = findKey(document, options, 'roll', file);
   const grace = graceSeconds(options.grace);
-  const now = Date.now();
-  if (key.revoked === true)
+  const plan = planRoll(
+    {
+      revoked: key.revoked === true,
+      expiresAt: key.expiresAt === undefined ? undefined : Date.parse(key.expiresAt),
+    },
+    grace,
+    Date.now(),
+  );
+  if (plan.kind === 'revoked') {
     throw new ConfigurationError(`key ${key.id} is revoked: create a new key instead`);
-  const current = key.expiresAt === undefined ? undefined : Date.parse(key.expiresAt);
-  if (current !== undefined && current <= now) {
+  }
+  if (plan.kind === 'expired') {
     throw new ConfigurationError(`key ${key.id} has expired: create a new key instead`);
   }
-  // The grace never extends a deadline the key already has.
-  const deadline = Math.min(now + grace * 1000, current ?? Number.POSITIVE_INFINITY);
-  key.expiresAt = new Date(deadline).toISOString();
+  if (plan.kind === 'rolled') {
+    throw new ConfigurationError(
+      `key ${key.id} is already rolled: it stops working at ${key.expiresAt ?? ''}, within the grace`,
+    );
+  }
+  key.expiresAt = new Date(plan.deadline).toISOString();
   const role = parseRole(key.role ?? 'administrator', `${key.id}.role`);
   // The new pair may do what the old one could, no more.
   const pair = addKeyPair(

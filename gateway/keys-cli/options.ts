@@ -108,14 +108,14 @@ export function whitelistOption(options: Options): string[] | null {
  * `--limits payments=6000,authenticated=300` as an object (the values checked by the store's rules,
  * which name the scope); `--none` as `null` (every scope at its default); exactly one of them.
  */
-export function limitsOption(options: Options): Record<string, unknown> | null {
+export function limitsOption(options: Options): Record<string, number> | null {
   if ((options.none === true) === (options.limits !== undefined)) {
     throw new ConfigurationError(
       'set-limits needs either --limits <scope=n,...> or --none (every scope at its default)',
     );
   }
   if (options.none === true) return null;
-  const limits: Record<string, unknown> = {};
+  const limits: Record<string, number> = {};
   for (const entry of (options.limits ?? '').split(',')) {
     const match = /^\s*([^=\s]+)\s*=\s*(\S*)\s*$/.exec(entry);
     if (match?.[1] === undefined || match[2] === undefined) {
@@ -123,7 +123,8 @@ export function limitsOption(options: Options): Record<string, unknown> | null {
         `--limits: ${JSON.stringify(entry.slice(0, 64))} is not scope=number (e.g. payments=6000)`,
       );
     }
-    limits[match[1]] = /^\d{1,16}$/.test(match[2]) ? Number(match[2]) : match[2];
+    // Not a number: NaN, which the store's rules refuse, naming the scope.
+    limits[match[1]] = /^\d{1,16}$/.test(match[2]) ? Number(match[2]) : NaN;
   }
   return limits;
 }

@@ -10,8 +10,9 @@ import { type LimiterRedis } from '../../lib/entry/redis';
 import { type PgKeyStore } from '../../lib/entry/postgres';
 import { createRateLimiter, series } from '../../lib/entry/express';
 import type { RouteTableEntry } from '../../lib/entry/core';
+import type { KeyAdmin } from '../../lib/entry/postgres';
 import type { SecretScanningConfig } from '../config';
-import { DatabaseUnavailableError } from '../admin/database-store';
+import { asAdminError } from '../admin/database-store';
 import type { GatewayMetrics } from '../metrics';
 import {
   type Finding,
@@ -51,7 +52,7 @@ export type { ReportLookups } from './reports';
 export type SecretScanningAction = 'revoke' | 'roll';
 
 /** The writes the endpoint makes: the database key store's. */
-export type KeyWriter = Pick<PgKeyStore, 'revoke' | 'roll'>;
+export type KeyWriter = Pick<KeyAdmin, 'revoke' | 'roll'>;
 
 /** The database key store as the endpoint uses it: its writes, and lookups that are not a use. */
 export type ReportKeyStore = KeyWriter &
@@ -272,7 +273,7 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
           if (error instanceof KeyAlreadyRolledError) return { action: 'repeat', of: 'rolled' };
           // Revoked or expired by someone else since it was looked up: nothing left to do.
           if (error instanceof ConflictError) return { action: 'gone' };
-          throw error instanceof TollgateError ? error : new DatabaseUnavailableError();
+          throw asAdminError(error, logger);
         },
       )
       .finally(() => writes.delete(keyId));

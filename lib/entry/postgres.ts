@@ -9,6 +9,7 @@ export {
   type PgKeyStoreOptions,
   type PgKeyStoreState,
 } from '../keys/pg-key-store';
+export type { KeyAdmin } from '../keys/key-admin';
 export {
   MAX_GRACE_SECONDS,
   SCHEMA_VERSION,

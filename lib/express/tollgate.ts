@@ -61,6 +61,11 @@ import { MisconfigurationError } from '../errors';
 export interface TollgateOptions<S extends Scopes = Scopes> extends GateOptions<S> {
   /** Receives misconfiguration warnings and one line per 5xx. Defaults to none. */
   readonly logger?: Logger | undefined;
+  /**
+   * Request paths (`req.path`, exactly) that get no span while tracing is on: operators' probes
+   * such as `/healthz` and `/readyz`, which would otherwise be a root trace each. Defaults to none.
+   */
+  readonly untracedPaths?: readonly string[] | undefined;
 }
 
 export interface ProtectOptions<Name extends string = string> extends Omit<
@@ -123,6 +128,12 @@ export interface Tollgate<Name extends string = string> {
 const TOLLGATE_OPTION_CHECKS: OptionChecks<TollgateOptions> = {
   ...GATE_OPTION_CHECKS,
   logger: LOGGER,
+  untracedPaths: check(
+    'a list of paths, each starting with /',
+    (value) =>
+      Array.isArray(value) &&
+      value.every((path) => typeof path === 'string' && path.startsWith('/')),
+  ),
 };
 
 const BODY_CHECK = check(
@@ -148,7 +159,7 @@ export function tollgate<S extends Scopes>(
   options: TollgateOptions<S>,
 ): Tollgate<keyof S & string> {
   checkOptions('tollgate()', options, TOLLGATE_OPTION_CHECKS);
-  const { logger, ...gateOptions } = options;
+  const { logger, untracedPaths: untraced, ...gateOptions } = options;
   const gate = buildGate(gateOptions, 'tollgate()');
   const scopeNames = Object.keys(options.scopes);
   const protectChecks: OptionChecks<ProtectOptions> = {
@@ -164,6 +175,7 @@ export function tollgate<S extends Scopes>(
   let warnedTrustProxy = false;
   // A span's `url.path` is a path as the access log writes it: a key sent in a path is redacted.
   const loggablePath = createPathRedactor({ keyStore: options.keyStore });
+  const untracedPaths = new Set(untraced);
 
   const render = (
     decision: Decision,
@@ -191,7 +203,7 @@ export function tollgate<S extends Scopes>(
     readBody: RequestHandler | undefined,
   ): RequestHandler =>
     function protectMiddleware(req, res, next) {
-      const requestSpan = traceRequest(req, res, loggablePath);
+      const requestSpan = traceRequest(req, res, loggablePath, untracedPaths);
       if (requestSpan !== undefined) {
         const route = routeTemplateOf(req);
         if (route !== undefined) nameRequestSpan(requestSpan, req.method, route);
@@ -294,7 +306,7 @@ export function tollgate<S extends Scopes>(
           "app.set('trust proxy', true) lets any client choose its IP: trust your proxies' addresses instead",
         );
       }
-      traceRequest(req, res, loggablePath);
+      traceRequest(req, res, loggablePath, untracedPaths);
       steps(req, res, next);
     };
   };

@@ -46,7 +46,8 @@ export function secretDigest(value: unknown, where: string, fail: Fail): string 
 
 export function role(value: unknown, where: string, fail: Fail): Role {
   if (isRole(value)) return value;
-  return fail(where, `unknown role ${JSON.stringify(value)}; expected one of ${ROLES.join(', ')}`);
+  const shown = typeof value === 'string' ? JSON.stringify(value.slice(0, 64)) : typeof value;
+  return fail(where, `unknown role ${shown}; expected one of ${ROLES.join(', ')}`);
 }
 
 /** A whitelist (addresses and CIDR ranges, never empty), reporting the first bad entry. */
@@ -66,6 +67,28 @@ function failWhole(message: string, fail: Fail): never {
   return fail(message.slice(0, split), message.slice(split + 1));
 }
 
+/**
+ * The range of a key's deadline, in ms since the epoch: from 1970-01-01T00:00:00.000Z to
+ * 9999-12-31T23:59:59.999Z. Every deadline in it is a valid `Date`, a `timestamptz`, and an
+ * RFC 3339 time with a four-digit year, so the keys file, the database, the admin API's answers and
+ * a backup all hold it as it was given. A deadline outside it is refused wherever it comes from.
+ */
+export const EXPIRY_MIN_MS = 0;
+export const EXPIRY_MAX_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const EXPIRY_RANGE = `from ${new Date(EXPIRY_MIN_MS).toISOString()} to ${new Date(EXPIRY_MAX_MS).toISOString()}`;
+
+/** A deadline given in ms since the epoch: a whole number within the range above. */
+export function expiryTime(value: number, where: string, fail: Fail): number {
+  if (!Number.isInteger(value)) {
+    return fail(where, `must be a whole number of ms since the epoch, ${EXPIRY_RANGE}`);
+  }
+  if (value < EXPIRY_MIN_MS || value > EXPIRY_MAX_MS) {
+    return fail(where, `must be a time ${EXPIRY_RANGE}`);
+  }
+  // -0 is 0.
+  return value + 0;
+}
+
 /** A key's deadline in ms since the epoch, from an RFC 3339 time; `undefined` when absent. */
 export function expiresAt(value: unknown, where: string, fail: Fail): number | undefined {
   if (value === undefined) return undefined;
@@ -73,7 +96,7 @@ export function expiresAt(value: unknown, where: string, fail: Fail): number | u
   if (!Number.isFinite(time) || !isCalendarDate(value as string)) {
     return fail(where, 'must be an RFC 3339 time with a zone, e.g. "2026-12-31T23:59:59Z"');
   }
-  return time;
+  return expiryTime(time, where, fail);
 }
 
 /** `2026-02-30…` matches the pattern and `Date.parse` rolls it over to March: refuse it. */
@@ -162,24 +185,25 @@ export function limitsFromText(text: string): AccountLimits {
  * `undefined`, a key that may do all its role allows. A list must hold at least one name, each once
  * and each among `names`: an empty list is refused rather than read as "nothing", since a key that
  * may call nothing should be revoked (the database's check forbids it too). Every fault names the
- * key and the name.
+ * name, and the key when `key` is given (a key whose id was made for it is not named: the one who
+ * sent the list never saw that id).
  */
 export function keyPermissions(
   value: unknown,
   where: string,
-  key: string,
+  key: string | undefined,
   names: readonly string[],
   fail: Fail,
 ): number | undefined {
   if (value === null || value === undefined) return undefined;
-  const owner = `key ${JSON.stringify(key)}`;
+  const owner = key === undefined ? '' : `key ${JSON.stringify(key)}: `;
   if (!Array.isArray(value)) {
-    return fail(where, `${owner}: must be a list of permission names, or null for no restriction`);
+    return fail(where, `${owner}must be a list of permission names, or null for no restriction`);
   }
   if (value.length === 0) {
     return fail(
       where,
-      `${owner}: an empty list would allow nothing; revoke the key instead, or null for no restriction`,
+      `${owner}an empty list would allow nothing; revoke the key instead, or null for no restriction`,
     );
   }
   let mask = 0;
@@ -194,11 +218,11 @@ export function keyPermissions(
     if (bit < 0) {
       fail(
         `${where}[${index}]`,
-        `${owner}: unknown permission ${shown}; expected one of ${names.join(', ')}`,
+        `${owner}unknown permission ${shown}; expected one of ${names.join(', ')}`,
       );
     }
     if ((mask & (1 << bit)) !== 0) {
-      fail(`${where}[${index}]`, `${owner}: permission ${shown} is listed twice`);
+      fail(`${where}[${index}]`, `${owner}permission ${shown} is listed twice`);
     }
     mask |= 1 << bit;
   });

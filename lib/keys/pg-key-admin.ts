@@ -28,13 +28,14 @@ import type {
 /**
  * The writes of the database key store, each one transaction. The schema's triggers
  * give every changed row a new version and announce it by NOTIFY, so every instance applies it.
- * Every input passes the keys file's rules; a fault is an `InvalidRequestError` (400
- * `invalid_request`) naming the field as the admin API spells it (`ip_whitelist[1]: …`). An
+ * Every input passes the keys file's rules, typed or not (a caller in plain JavaScript is not held
+ * by the types); a fault is an `InvalidRequestError` (400 `invalid_request`) naming the parameter
+ * as `KeyAdmin` (key-admin.ts) spells it (`ipWhitelist[1]: …`, `graceSeconds: …`). An
  * account or key that does not exist is a 404 `not_found`; a duplicate, or a roll of a revoked or
  * expired key, a 409 `conflict`. Values only ever reach SQL as parameters.
  */
 
-import { MAX_GRACE_SECONDS } from './pg-key-views';
+import { isGraceSeconds, MAX_GRACE_SECONDS, planRoll } from './key-roll';
 
 const invalid: rules.Fail = (where, problem) => {
   throw new InvalidRequestError(`${where}: ${problem}`);
@@ -115,7 +116,7 @@ function limitsParameter(value: unknown, account: string, scopes: LimitScopes): 
  */
 function permissionsParameter(
   value: unknown,
-  key: string,
+  key: string | undefined,
   names: readonly string[],
 ): string[] | null {
   const mask = rules.keyPermissions(value, 'permissions', key, names, invalid);
@@ -137,11 +138,11 @@ function expiryInput(value: unknown, now: number): number | undefined {
   if (value === undefined || value === null) return undefined;
   const time =
     typeof value === 'number'
-      ? Number.isSafeInteger(value)
-        ? value
-        : invalid('expires_at', 'must be a whole number of ms since the epoch')
-      : rules.expiresAt(value, 'expires_at', invalid);
-  if (time !== undefined && time <= now) invalid('expires_at', 'must be in the future');
+      ? rules.expiryTime(value, 'expiresAt', invalid)
+      : value instanceof Date
+        ? rules.expiryTime(value.getTime(), 'expiresAt', invalid)
+        : rules.expiresAt(value, 'expiresAt', invalid);
+  if (time !== undefined && time <= now) invalid('expiresAt', 'must be in the future');
   return time;
 }
 
@@ -181,6 +182,10 @@ function translate(error: unknown): unknown {
     return new ConflictError(`The ${field} is already in use`);
   }
   if (code === '23514') return new InvalidRequestError(`Refused by ${constraint ?? 'a check'}`);
+  // A data exception: a value the rules above let through and the column cannot hold.
+  if (typeof code === 'string' && code.startsWith('22')) {
+    return new InvalidRequestError('A value does not fit the key database');
+  }
   return error;
 }
 
@@ -211,8 +216,10 @@ function onlyRow<T>(result: { rows: T[] }): T {
   return row;
 }
 
+/** An id to look up: one no account or key can have (the rules refuse it) is not found. */
 function lookupId(value: unknown, what: 'account' | 'key'): string {
   if (typeof value !== 'string') invalid(`${what} id`, 'must be a string');
+  if (!rules.ID_PATTERN.test(value)) throw notFound(what, value.slice(0, 64));
   return value;
 }
 
@@ -224,7 +231,7 @@ export async function createAccount(
   scopes: LimitScopes = {},
 ): Promise<AccountView> {
   const accountId = rules.identifier(id, 'id', invalid);
-  const entries = whitelistEntries(ipWhitelist, 'ip_whitelist');
+  const entries = whitelistEntries(ipWhitelist, 'ipWhitelist');
   const overrides = limitsParameter(limits ?? null, accountId, scopes);
   return inTransaction(pool, async (client) => {
     const result = await client.query<AccountRowSql>(
@@ -320,7 +327,12 @@ export async function createKey(
   const id = options.id === undefined ? newKeyId() : rules.identifier(options.id, 'id', invalid);
   const role = options.role === undefined ? OWNER_ROLE : rules.role(options.role, 'role', invalid);
   const expiresAt = expiryInput(options.expiresAt, Date.now());
-  const permissions = permissionsParameter(options.permissions ?? null, id, names);
+  // A made-up id is not named in a fault: the caller never saw it.
+  const permissions = permissionsParameter(
+    options.permissions ?? null,
+    options.id === undefined ? undefined : id,
+    names,
+  );
   return inTransaction(pool, async (client) => {
     await accountRow(client, account);
     return insertNewKey(
@@ -332,7 +344,7 @@ export async function createKey(
 }
 
 export async function setRole(pool: Pool, keyId: unknown, role: unknown): Promise<KeyView> {
-  return updateKey(pool, keyId, { role });
+  return updateKey(pool, keyId, { role: role as Role });
 }
 
 /**
@@ -369,6 +381,10 @@ export async function updateKey(
   });
 }
 
+/**
+ * Rolls a key (key-roll.ts): its row is locked first, so of two rolls of one key at once the
+ * second waits for the first, then finds the deadline it gave and is refused (409).
+ */
 export async function roll(
   pool: Pool,
   keyId: unknown,
@@ -377,30 +393,24 @@ export async function roll(
   environment: KeyEnvironment,
 ): Promise<RollResult> {
   const id = lookupId(keyId, 'key');
-  if (
-    typeof graceSeconds !== 'number' ||
-    !Number.isInteger(graceSeconds) ||
-    graceSeconds < 0 ||
-    graceSeconds > MAX_GRACE_SECONDS
-  ) {
-    invalid('grace_seconds', `must be a whole number from 0 to ${MAX_GRACE_SECONDS}`);
+  if (typeof graceSeconds !== 'number' || !isGraceSeconds(graceSeconds)) {
+    invalid('graceSeconds', `must be a whole number from 0 to ${MAX_GRACE_SECONDS}`);
   }
   const newId = options.id === undefined ? newKeyId() : rules.identifier(options.id, 'id', invalid);
   return inTransaction(pool, async (client) => {
     const old = await keyRow(client, id, true);
-    if (old.revoked_at !== null) throw new ConflictError(`Key "${id}" is revoked: roll refused`);
-    const now = await client.query<{ now: Date }>('SELECT now() AS now');
-    const time = onlyRow(now).now.getTime();
-    if (old.expires_at !== null && old.expires_at.getTime() <= time) {
-      throw new ConflictError(`Key "${id}" has expired: roll refused`);
-    }
-    if (
-      options.once === true &&
-      old.expires_at !== null &&
-      old.expires_at.getTime() <= time + graceSeconds * 1000
-    ) {
-      throw new KeyAlreadyRolledError(id);
-    }
+    // The time once the row is ours, not the transaction's start: a roll that waited for another
+    // must see that one's deadline as already within its own grace.
+    const now = await client.query<{ now: Date }>('SELECT clock_timestamp() AS now');
+    const plan = planRoll(
+      { revoked: old.revoked_at !== null, expiresAt: old.expires_at?.getTime() },
+      graceSeconds,
+      onlyRow(now).now.getTime(),
+    );
+    if (plan.kind === 'revoked') throw new ConflictError(`Key "${id}" is revoked: roll refused`);
+    if (plan.kind === 'expired') throw new ConflictError(`Key "${id}" has expired: roll refused`);
+    // Every roll, asked once or not: the replacement exists already.
+    if (plan.kind === 'rolled') throw new KeyAlreadyRolledError(id);
     const key = await insertNewKey(
       client,
       {
@@ -414,9 +424,8 @@ export async function roll(
       environmentOf(old.publishable_key) ?? environment,
     );
     const updated = await client.query<KeyRowSql>(
-      `UPDATE keys SET expires_at = LEAST(expires_at, now() + make_interval(secs => $2))
-       WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
-      [id, graceSeconds],
+      `UPDATE keys SET expires_at = $2 WHERE id = $1 RETURNING ${KEY_COLUMNS}`,
+      [id, new Date(plan.deadline)],
     );
     return { key, previous: keyView(onlyRow(updated)) };
   });

@@ -3,7 +3,7 @@ import type { AccountLimits } from '../model/key-record';
 
 /** The shapes the database key store's write API takes and returns (no database types here). */
 
-export const MAX_GRACE_SECONDS = 604_800;
+export { MAX_GRACE_SECONDS } from './key-roll';
 
 export interface AccountView {
   readonly id: string;
@@ -38,27 +38,32 @@ export interface AccountWithKeys extends AccountView {
 }
 
 export interface CreateKeyOptions {
-  readonly role?: unknown;
-  readonly id?: unknown;
-  /** RFC 3339 time with a zone, or ms since the epoch; must be in the future. */
-  readonly expiresAt?: unknown;
+  readonly role?: Role;
+  /** The key's id; a fresh `key_…` one when absent. */
+  readonly id?: string;
+  /**
+   * Its deadline: a `Date` or ms since the epoch, in the future and within the range of
+   * key-rules.ts (`EXPIRY_MIN_MS` to `EXPIRY_MAX_MS`); `null` or absent: none.
+   */
+  readonly expiresAt?: Date | number | null;
   /** A list of permissions; `null` or absent: not restricted. */
-  readonly permissions?: unknown;
+  readonly permissions?: readonly string[] | null;
 }
 
-/** A change of a key (`PATCH /admin/v1/keys/:id`): its role, its permissions (`null` lifts them), or both. */
+/** A change of a key: its role, its permissions (`null` lifts them), or both. */
 export interface KeyChanges {
-  readonly role?: unknown;
-  readonly permissions?: unknown;
+  readonly role?: Role;
+  readonly permissions?: readonly string[] | null;
 }
 
 export interface RollOptions {
   /** The new key's id; a fresh one when absent. */
-  readonly id?: unknown;
+  readonly id?: string;
   /**
-   * `true`: refuse with `KeyAlreadyRolledError` (409) when the key already expires within
-   * `graceSeconds`, as a key rolled already does. Checked with the key's row locked, so of several
-   * such rolls of one key at once, from any instances, exactly one makes a replacement.
+   * Asks for what every roll now does: a key that already expires within `graceSeconds`, as a key
+   * rolled already does, is refused with `KeyAlreadyRolledError` (409). Checked with the key's row
+   * locked, so of several rolls of one key at once, from any instances, exactly one makes a
+   * replacement. Kept for callers that say so explicitly.
    */
   readonly once?: boolean;
 }

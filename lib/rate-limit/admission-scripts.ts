@@ -16,7 +16,11 @@
  *   whose expiry is its window's end.
  *
  * Each counter's arguments are its limit, its window in ms and its flags: `e` when it is enforced
- * (a shadow counter never refuses), `r` when it rolls.
+ * (a shadow counter never refuses), `r` when it rolls, and `a` on a rolling counter of events that
+ * have already happened (failed credential comparisons): such an event is recorded even when the
+ * counter has no room or another counter refused, in place of the oldest admission, so that the
+ * ring keeps the newest `limit` events and reports full until the oldest of them leaves. A refusal
+ * still answers `refused`: the event was over the limit.
  */
 
 /** Shared Lua: Redis's clock, ring headers and the pruning of admissions that left the window. */
@@ -98,6 +102,15 @@ local function ringTtl(key, r, window, limit)
   if ahead(stamp) then return window + (stamp - nowMod) % MOD end
   return window - age(stamp)
 end
+-- Drops the oldest admissions until fewer than limit are left: a ring needs only its newest limit
+-- to know when it next has room under that limit.
+local function dropOldest(key, r, limit)
+  if r.n < limit then return end
+  local drop = r.n - limit + 1
+  r.start, r.n, r.changed = (r.start + drop) % r.cap, r.n - drop, true
+  r.oldest = nil
+  if r.n > 0 then r.oldest = stampAt(key, r, 0) end
+end
 -- Appends one admission at the clock's time (never before the newest), growing the ring by
 -- doubling up to limit when it is full of admissions inside the window.
 local function append(key, r, window, limit)
@@ -176,6 +189,12 @@ for i = 1, #KEYS do
       redis.call('INCR', KEYS[i])
     end
     reply[2 * i + 1] = reply[2 * i + 1] + 1
+  elseif r ~= nil and string.find(ARGV[3 * i], 'a', 1, true) then
+    -- Something that already happened: counted without room too, in place of the oldest.
+    dropOldest(KEYS[i], r, limit)
+    append(KEYS[i], r, window, limit)
+    reply[2 * i + 2] = ringTtl(KEYS[i], r, window, limit)
+    if reply[2 * i + 1] < limit then reply[2 * i + 1] = reply[2 * i + 1] + 1 end
   elseif r ~= nil and r.changed then
     redis.call('SETRANGE', KEYS[i], 0, packHeader(r))
   end

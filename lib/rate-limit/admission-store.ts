@@ -22,7 +22,9 @@ import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
  * All-or-nothing admission over several counters, each a rolling or a fixed window of its own
  * length (see `admission-scripts.ts`): a request is admitted only if every enforced counter it
  * meets has room, and then counts once in each; a refused request counts nowhere, so every
- * counter holds exactly the requests it admitted.
+ * counter holds exactly the requests it admitted. The exception is an event that has already
+ * happened (`countWhenFull`, a failed credential comparison), which Redis records in its rolling
+ * counter whether or not it had room.
  *
  * - In Redis: one script call (`EVALSHA`, `EVAL` once after `NOSCRIPT`) per request, through the
  *   limiter's `CommandBatch`, so the commands of one event-loop turn still leave in one socket
@@ -142,6 +144,15 @@ export interface CounterRequest {
   readonly limit: number;
   /** `false` for a scope in shadow mode: counted, but its refusal refuses nothing. */
   readonly enforced: boolean;
+  /**
+   * The request is something that already happened (a credential compared and found wrong), not
+   * one asking to go ahead: a rolling counter in Redis records it even when it has no room, in
+   * place of its oldest admission, and it is always sent to Redis, never refused from memory. A
+   * failure that was compared counts against the window whatever the count was, so an instance
+   * that compared one blind (before it knew the budget spent) cannot compare another in the same
+   * window for that key.
+   */
+  readonly countWhenFull?: boolean | undefined;
 }
 
 export interface AdmissionOutcome {
@@ -375,6 +386,7 @@ export class AdmissionStore {
       const request = requests[i];
       const reading = readings[i];
       if (request === undefined || reading === undefined || !request.enforced) continue;
+      if (request.countWhenFull === true) continue;
       const until = request.counter.fullUntil(request.key, request.limit);
       if (until === undefined) continue;
       reading.count = request.limit + 1;
@@ -416,10 +428,11 @@ export class AdmissionStore {
     for (const request of requests) {
       const { counter } = request;
       if (withLimits) {
+        const always = request.countWhenFull === true && counter.rolling ? 'a' : '';
         args.push(
           String(request.limit),
           counter.windowArg,
-          request.enforced ? `e${counter.flags}` : counter.flags,
+          `${request.enforced ? 'e' : ''}${counter.flags}${always}`,
         );
       } else {
         args.push(counter.windowArg, counter.flags);

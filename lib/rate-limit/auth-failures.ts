@@ -25,7 +25,9 @@ import { SHARED_COUNTER_OPTION_CHECKS } from './tollgate-store';
  * nothing. With a shared Redis each failure is told to Redis afterwards, so the failures of every
  * instance count together, and until Redis has answered, the IP's next attempt on this instance
  * waits (`queueAttempt()`): an instance compares a credential only knowing every failure it told
- * Redis before, so N instances compare at most N - 1 more than the limit per IP and window.
+ * Redis before, so N instances compare at most N - 1 more than the limit per IP and window. Redis
+ * counts a failure compared over the limit too (an instance compared it before it knew the budget
+ * spent): it was compared, so it must fill every span of one window that holds it.
  *
  * Mount `guard` before the body is read (a cheap early refusal), pass the limiter to
  * `authenticate()` / `authenticateKeyPair()` (option `authFailures`), and mount `recordFailure` as
@@ -204,10 +206,13 @@ export function authFailureLimiterOn(
   const tellFleet = (counters: LocalCounters, key: string): void => {
     // A failure to tell is the engine's to degrade (it counts locally then); the wait ends either
     // way (the command timeout of the kit's Redis client bounds it).
-    const told = store.admit([{ counter: counters, key, limit, enforced: true }]).then(
-      () => undefined,
-      () => undefined,
-    );
+    // The failure was compared: Redis records it even when the budget is already spent there.
+    const told = store
+      .admit([{ counter: counters, key, limit, enforced: true, countWhenFull: true }])
+      .then(
+        () => undefined,
+        () => undefined,
+      );
     pending.set(key, told);
     void told.then(() => {
       if (pending.get(key) === told) pending.delete(key);

@@ -39,6 +39,8 @@ export interface TestGatewayOptions {
   shadow?: ShadowConfig;
   /** Idempotency keys: the sealing secret (two gateways sharing Redis need the same), routes, bounds. */
   idempotency?: AppOptions['idempotency'];
+  /** Whether `/healthz` and `/readyz` are traced (not by default, as in the gateway). */
+  traceProbes?: boolean;
   /**
    * Where the gateway forwards to, instead of its own recording upstream (which is still started,
    * and receives nothing): an upstream shared by two gateways, or a closed port.
@@ -101,6 +103,7 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
     expectedInstances: options.expectedInstances,
     shadow: options.shadow,
     idempotency: options.idempotency,
+    traceProbes: options.traceProbes,
   });
   const host = options.host ?? '127.0.0.1';
   // The server `npm start` runs (Host optional, JSON parser errors), on an ephemeral port.

@@ -300,6 +300,13 @@ describeWithPostgres('the admin listener on the database key store, two gateways
     server.stop();
     const write = await admin('POST', '/admin/v1/accounts', { id: 'acct_during_outage' });
     expectErrorBody(write, { status: 503, code: 'upstream_unavailable' });
+    // Logged with the failure's class, never its message (which may name the server).
+    expect(logs.entries()).toContainEqual(
+      expect.objectContaining({
+        event: 'admin.database_unavailable',
+        error: expect.objectContaining({ name: expect.any(String) as unknown }) as unknown,
+      }),
+    );
     const served = await onSecond('/api/v1/wallets/', made.secret_key);
     expect(served.status).toBe(200);
     server.start();

@@ -355,6 +355,22 @@ describe('the keys command', () => {
       }
     });
 
+    it('rolls a key once: a second roll, whose grace would not shorten its deadline, is refused', async () => {
+      const key = parseCreated(await keys('create', '--account', 'acct_once', '--file', file));
+      expect((await keys('roll', '--key', key.keyId, '--grace', '600', '--file', file)).code).toBe(
+        0,
+      );
+      const after = readFileSync(file, 'utf8');
+      const again = await keys('roll', '--key', key.keyId, '--grace', '600', '--file', file);
+      expect(again.code).toBe(1);
+      expect(again.stderr).toMatch(
+        new RegExp(
+          `key ${key.keyId} is already rolled: it stops working at \\S+, within the grace`,
+        ),
+      );
+      expect(readFileSync(file, 'utf8')).toBe(after);
+    });
+
     it('roll refuses a missing or out-of-range grace and a revoked key, changing nothing', async () => {
       const key = parseCreated(await keys('create', '--account', 'acct_x', '--file', file));
       const before = readFileSync(file, 'utf8');

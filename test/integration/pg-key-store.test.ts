@@ -200,8 +200,10 @@ describeWithPostgres('PostgreSQL key store', () => {
       expect(deadline).toBeGreaterThanOrEqual(before + 59_000);
       expect(deadline).toBeLessThanOrEqual(Date.now() + 61_000);
       expect(store.findById('key_roll')?.expiresAt).toBe(deadline);
-      // A longer grace never extends an earlier deadline.
-      await store.roll('key_roll', 600);
+      // Rolled already: a second roll, whose grace would not shorten the deadline, is refused.
+      await expect(store.roll('key_roll', 600)).rejects.toEqual(
+        expectError(409, /^Key "key_roll" is already rolled: roll refused$/),
+      );
       expect(store.findById('key_roll')?.expiresAt).toBe(deadline);
       // grace 0: expired now, and a second roll is refused.
       await store.roll('key_roll', 0);
@@ -210,6 +212,32 @@ describeWithPostgres('PostgreSQL key store', () => {
       await expect(store.roll(key.id, 10)).rejects.toBeInstanceOf(ConflictError);
     });
 
+    it('rolls a key once: of two rolls at once on two instances, one makes a replacement, the other is refused', async () => {
+      const url = await migrated(server, 'writes_twice');
+      const first = await open(url);
+      const other = await open(url);
+      await first.createAccount('acct_twice');
+      for (let round = 0; round < 5; round += 1) {
+        const id = `key_twice_${String(round)}`;
+        await first.createKey('acct_twice', { id });
+        const results = await Promise.allSettled([first.roll(id, 3600), other.roll(id, 3600)]);
+        const made = results.filter((result) => result.status === 'fulfilled');
+        const refused = results.filter((result) => result.status === 'rejected');
+        expect(made).toHaveLength(1);
+        expect(refused.map((result) => result.reason as unknown)).toEqual([
+          expectError(409, /is already rolled/),
+        ]);
+      }
+      // Five keys, each with exactly one replacement.
+      const keys = (await first.listAccounts()).find(
+        (account) => account.id === 'acct_twice',
+      )?.keys;
+      expect(keys).toHaveLength(10);
+      expect(keys?.filter((key) => key.expiresAt === null)).toHaveLength(5);
+    });
+
+    // The types hold a TypeScript caller; one in plain JavaScript is checked at run time, and each
+    // fault names the parameter as the library spells it (`as never`: what such a caller sends).
     it('refuses bad input with a 400 naming the field, and unknown ids with a 404', async () => {
       const hostile = ["x'; DROP TABLE keys; --", 'a"b', 'acct;--', "' OR '1'='1", ''];
       for (const id of hostile) {
@@ -225,32 +253,32 @@ describeWithPostgres('PostgreSQL key store', () => {
         await expect(store.createKey(id)).rejects.toEqual(expectError(404, /No account/));
       }
       await expect(store.createAccount('acct_bad', ['10.0.0.0/8', 'not-an-ip'])).rejects.toEqual(
-        expectError(400, /^ip_whitelist\[1\]/),
+        expectError(400, /^ipWhitelist\[1\]/),
       );
       await expect(store.createAccount('acct_bad', [])).rejects.toEqual(
-        expectError(400, /^ip_whitelist: is empty/),
+        expectError(400, /^ipWhitelist: is empty/),
       );
       await expect(store.setIpWhitelist('acct_one', ['10.0.0.1/33'])).rejects.toEqual(
         expectError(400, /^entries\[0\]/),
       );
-      await expect(store.setIpWhitelist('acct_one', 'everyone')).rejects.toEqual(
+      await expect(store.setIpWhitelist('acct_one', 'everyone' as never)).rejects.toEqual(
         expectError(400, /^entries: must be an array/),
       );
-      await expect(store.createKey('acct_one', { role: 'root' })).rejects.toEqual(
+      await expect(store.createKey('acct_one', { role: 'root' as never })).rejects.toEqual(
         expectError(400, /^role: unknown role "root"/),
       );
-      await expect(store.setRole('key_one', 'owner')).rejects.toEqual(
+      await expect(store.setRole('key_one', 'owner' as never)).rejects.toEqual(
         expectError(400, /^role: unknown role/),
       );
       await expect(
-        store.createKey('acct_one', { expiresAt: '2020-01-01T00:00:00Z' }),
-      ).rejects.toEqual(expectError(400, /^expires_at: must be in the future/));
-      await expect(store.createKey('acct_one', { expiresAt: 'tomorrow' })).rejects.toEqual(
-        expectError(400, /^expires_at: must be an RFC 3339 time/),
+        store.createKey('acct_one', { expiresAt: '2020-01-01T00:00:00Z' as never }),
+      ).rejects.toEqual(expectError(400, /^expiresAt: must be in the future/));
+      await expect(store.createKey('acct_one', { expiresAt: 'tomorrow' as never })).rejects.toEqual(
+        expectError(400, /^expiresAt: must be an RFC 3339 time/),
       );
       for (const grace of [-1, 604_801, 1.5, '60', null]) {
-        await expect(store.roll('key_one', grace)).rejects.toEqual(
-          expectError(400, /^grace_seconds: must be a whole number from 0 to 604800/),
+        await expect(store.roll('key_one', grace as never)).rejects.toEqual(
+          expectError(400, /^graceSeconds: must be a whole number from 0 to 604800/),
         );
       }
       await expect(store.createAccount('acct_one')).rejects.toEqual(
@@ -284,11 +312,11 @@ describeWithPostgres('PostgreSQL key store', () => {
       expect(refused[0]).toEqual(expectError(409, /^Key "key_once" is already rolled/));
       const keys = (await store.listAccounts()).find((a) => a.id === 'acct_once')?.keys ?? [];
       expect(keys).toHaveLength(2);
-      // Without `once`, a roll of a key in its grace makes another replacement, as before.
-      await store.roll('key_once', 300);
+      // Without `once` too: every roll of a key in its grace is refused, no other replacement.
+      await expect(store.roll('key_once', 300)).rejects.toBeInstanceOf(KeyAlreadyRolledError);
       expect(
         (await store.listAccounts()).find((a) => a.id === 'acct_once')?.keys ?? [],
-      ).toHaveLength(3);
+      ).toHaveLength(2);
     });
 
     it('finds one account by its id, with its settings, and nothing for an unknown id', async () => {
@@ -402,9 +430,10 @@ describeWithPostgres('PostgreSQL key store', () => {
       const listenerless = await PgKeyStore.open({ connectionString: url, pollIntervalMs: 500 });
       stores.push(listenerless);
       const internals = listenerless as unknown as {
-        listener?: { query(sql: string): Promise<unknown> };
+        changes: { listener?: { query(sql: string): Promise<unknown> } };
       };
-      await internals.listener?.query('UNLISTEN *');
+      expect(internals.changes.listener).toBeDefined();
+      await internals.changes.listener?.query('UNLISTEN *');
       t0 = performance.now();
       void one.setRole(rolled.id, 'level-1');
       figures.backstop = await within(

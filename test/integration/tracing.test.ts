@@ -221,6 +221,90 @@ describe('tracing through the gateway (protect() and the proxy)', () => {
   });
 });
 
+/** The server spans of requests to `path`. */
+function spansOfPath(spans: readonly ReadableSpan[], path: string): ReadableSpan[] {
+  return spans.filter(
+    (span) => span.kind === SpanKind.SERVER && span.attributes['url.path'] === path,
+  );
+}
+
+describe("operators' probes", () => {
+  let tracing: TestTracing;
+
+  beforeAll(() => {
+    tracing = installTestTracing();
+  });
+
+  afterAll(async () => {
+    await tracing.uninstall();
+  });
+
+  it('leave /healthz and /readyz untraced by default, and other requests traced', async () => {
+    const gateway = await startTestGateway();
+    try {
+      tracing.exporter.reset();
+      for (const path of ['/healthz', '/readyz']) {
+        expect((await gateway.send({ path })).status).toBeLessThan(600);
+      }
+      const traceId = randomTraceId();
+      const wallets = await gateway.send({
+        path: '/api/v1/wallets/',
+        headers: {
+          ...bearer(gateway.fixtures.keys.level2.secretKey),
+          traceparent: traceparent(traceId, CALLER_SPAN, true),
+        },
+      });
+      expect(wallets.status).toBe(200);
+      // The probes answered before the traced request, whose span has ended.
+      const spans = await traceOf(tracing, traceId, 1);
+      expect(spans.length).toBeGreaterThan(0);
+      expect(spansOfPath(tracing.spans(), '/healthz')).toEqual([]);
+      expect(spansOfPath(tracing.spans(), '/readyz')).toEqual([]);
+    } finally {
+      await gateway.close();
+    }
+  });
+
+  it('are traced when asked for', async () => {
+    const gateway = await startTestGateway({ traceProbes: true });
+    try {
+      tracing.exporter.reset();
+      expect((await gateway.send({ path: '/healthz' })).status).toBe(200);
+      const spans = await tracing.waitFor((all) => spansOfPath(all, '/healthz').length > 0);
+      expect(spansOfPath(spans, '/healthz')).toHaveLength(1);
+    } finally {
+      await gateway.close();
+    }
+  });
+
+  it("leave the admin listener's /metrics and /readyz untraced by default", async () => {
+    const logs = captureLogs();
+    const adminToken = 'admin-token-for-tracing-0123456789';
+    const admin = await startAdminGateway(createFixtures().document, adminToken, logs.logger);
+    try {
+      tracing.exporter.reset();
+      for (const path of ['/metrics', '/readyz']) {
+        await httpRequest({ port: admin.adminPort, path });
+      }
+      const traceId = randomTraceId();
+      const usage = await httpRequest({
+        port: admin.adminPort,
+        path: '/admin/v1/accounts/acct_open/usage',
+        headers: {
+          authorization: `Bearer ${adminToken}`,
+          traceparent: traceparent(traceId, CALLER_SPAN, true),
+        },
+      });
+      expect(usage.status).toBe(200);
+      expect(await traceOf(tracing, traceId, 1)).toHaveLength(1);
+      expect(spansOfPath(tracing.spans(), '/metrics')).toEqual([]);
+      expect(spansOfPath(tracing.spans(), '/readyz')).toEqual([]);
+    } finally {
+      await admin.stop();
+    }
+  });
+});
+
 describe('tracing through forward authentication', () => {
   let tracing: TestTracing;
   let gateway: TestGateway;

@@ -561,6 +561,18 @@ describe('the messages a new user meets', () => {
     );
   });
 
+  it('untracedPaths takes a list of paths, each starting with /', () => {
+    const withPaths = (untracedPaths: unknown) => () => {
+      tollgate({ keyStore, scopes, untracedPaths } as never).close();
+    };
+    expect(withPaths(['/healthz', '/readyz'])).not.toThrow();
+    for (const wrong of ['/healthz', ['healthz'], [1]]) {
+      expect(withPaths(wrong)).toThrow(
+        'tollgate(): untracedPaths must be a list of paths, each starting with /',
+      );
+    }
+  });
+
   it('a misspelt option is matched to the one it most likely meant', () => {
     expect(() => requireWhitelistedIp({ whitelst: ['10.0.0.0/8'] } as never)).toThrow(
       'requireWhitelistedIp(): unknown option "whitelst" (did you mean whitelist?); known: whitelist, credentials, authFailures',

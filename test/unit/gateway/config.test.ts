@@ -281,6 +281,7 @@ describe('loadConfig: tracing from the standard OTEL_* variables', () => {
       sampler: 'parentbased_always_on',
       ratio: 1,
       trustRemoteSampling: false,
+      probes: false,
     };
     expect(loadConfig(ENDPOINT).tracing).toEqual(expected);
     expect(
@@ -289,7 +290,7 @@ describe('loadConfig: tracing from the standard OTEL_* variables', () => {
     ).toEqual(expected);
   });
 
-  it('reads the protocol, the sampler, its ratio and the trust of remote sampling', () => {
+  it('reads the protocol, the sampler, its ratio, the trust of remote sampling and the tracing of probes', () => {
     expect(
       loadConfig({
         ...ENDPOINT,
@@ -298,17 +299,20 @@ describe('loadConfig: tracing from the standard OTEL_* variables', () => {
         OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
         OTEL_TRACES_SAMPLER_ARG: '0.25',
         TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING: 'true',
+        TOLLGATE_TRACE_PROBES: 'true',
       }).tracing,
     ).toEqual({
       protocol: 'http/json',
       sampler: 'parentbased_traceidratio',
       ratio: 0.25,
       trustRemoteSampling: true,
+      probes: true,
     });
   });
 
   it.each([
     [{ TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING: 'yes' }, 'TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING'],
+    [{ ...ENDPOINT, TOLLGATE_TRACE_PROBES: 'on' }, 'TOLLGATE_TRACE_PROBES'],
     [{ ...ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }, 'OTEL_EXPORTER_OTLP_PROTOCOL'],
     [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' }, 'OTEL_EXPORTER_OTLP_ENDPOINT'],
     [{ ...ENDPOINT, OTEL_TRACES_SAMPLER: 'jaeger_remote' }, 'OTEL_TRACES_SAMPLER'],

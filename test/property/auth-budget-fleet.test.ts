@@ -1,0 +1,151 @@
+import fc from 'fast-check';
+import { AuthenticationError } from '../../lib/errors';
+import {
+  type AuthFailureLimiter,
+  createAuthFailureLimiter,
+} from '../../lib/rate-limit/auth-failures';
+import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
+import {
+  acquireTestRedis,
+  describeWithRedis,
+  type TestRedis,
+  uniquePrefix,
+} from '../helpers/redis';
+import { withRedisClock } from '../helpers/redis-clock';
+
+/**
+ * The failed-authentication budget of 2 to 4 instances sharing one real Redis, under random
+ * sequences of wrong credentials from one IP over several windows: each step moves the clock
+ * (often not at all, sometimes across a window's edge) and sends one to three attempts at once to
+ * random instances. In every span of one window, at most the budget plus one per extra instance
+ * are compared; and once a whole window has passed with no failure, every instance compares
+ * again. The instances and the scripts in Redis read one injected clock: no run waits.
+ */
+
+const WINDOW_MS = 10_000;
+const IP = '203.0.113.77';
+const RUNS = 200;
+
+interface Step {
+  readonly wait: number;
+  /** The instances (indices modulo the fleet's size) that get an attempt at once. */
+  readonly to: readonly number[];
+}
+
+/** Often none, so the budget fills; often part of a window, so failures leave it one by one. */
+const wait: fc.Arbitrary<number> = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(0) },
+  { weight: 3, arbitrary: fc.integer({ min: 1, max: WINDOW_MS / 2 }) },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(WINDOW_MS / 2, WINDOW_MS - 1, WINDOW_MS, WINDOW_MS + 1),
+  },
+);
+
+const step: fc.Arbitrary<Step> = fc.record({
+  wait,
+  to: fc.array(fc.nat({ max: 3 }), { minLength: 1, maxLength: 3 }),
+});
+
+const scenario = fc.record({
+  instances: fc.integer({ min: 2, max: 4 }),
+  limit: fc.integer({ min: 1, max: 6 }),
+  steps: fc.array(step, { minLength: 1, maxLength: 60 }),
+});
+
+function wrongKey(): never {
+  throw new AuthenticationError('invalid_api_key');
+}
+
+/** The most of `times` inside any span of `windowMs` ([t, t + windowMs)). */
+function mostInOneWindow(times: readonly number[], windowMs: number): number {
+  const sorted = [...times].sort((a, b) => a - b);
+  let most = 0;
+  let from = 0;
+  for (let to = 0; to < sorted.length; to++) {
+    while ((sorted[from] ?? 0) + windowMs <= (sorted[to] ?? 0)) from++;
+    most = Math.max(most, to - from + 1);
+  }
+  return most;
+}
+
+describeWithRedis('the failed-authentication budget of a fleet sharing Redis (property)', () => {
+  let testRedis: TestRedis | undefined;
+  let connection: LimiterRedisConnection | undefined;
+
+  beforeAll(async () => {
+    testRedis = await acquireTestRedis();
+    if (testRedis === undefined) throw new Error('describeWithRedis ran without a Redis');
+    connection = createLimiterRedis({ url: testRedis.url });
+    const deadline = Date.now() + 5000;
+    while (connection.health.state !== 'shared') {
+      if (Date.now() > deadline) throw new Error(`Redis stayed ${connection.health.state}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  });
+
+  afterAll(async () => {
+    await connection?.close();
+    await testRedis?.close();
+  });
+
+  it('compares at most the budget plus one per extra instance in any span of one window', async () => {
+    const live = connection;
+    if (live === undefined) throw new Error('no Redis');
+    await fc.assert(
+      fc.asyncProperty(scenario, async ({ instances, limit, steps }) => {
+        let time = 1_764_300_000_000;
+        const now = (): number => time;
+        const clocked = withRedisClock(live, now);
+        const prefix = uniquePrefix('auth-fleet-property');
+        const fleet: AuthFailureLimiter[] = Array.from({ length: instances }, () =>
+          createAuthFailureLimiter({
+            limit,
+            windowMs: WINDOW_MS,
+            redis: clocked.redis,
+            prefix,
+            now,
+          }),
+        );
+        const req = { clientIp: IP };
+        const compared: number[] = [];
+        const attempt = (instance: AuthFailureLimiter): Promise<boolean> =>
+          new Promise((answered) => {
+            let ran = false;
+            instance.queueAttempt(
+              req,
+              () => {
+                ran = true;
+                compared.push(now());
+                return wrongKey();
+              },
+              () => {
+                answered(ran);
+              },
+            );
+          });
+        try {
+          for (const { wait: after, to } of steps) {
+            time += after;
+            await Promise.all(to.map((index) => attempt(fleet[index % instances]!)));
+            await clocked.settled();
+          }
+          expect(mostInOneWindow(compared, WINDOW_MS)).toBeLessThanOrEqual(limit + instances - 1);
+
+          time += WINDOW_MS;
+          const again: boolean[] = [];
+          for (const instance of fleet) {
+            again.push(await attempt(instance));
+            await clocked.settled();
+            // Each one's failure must not spend the others' room: a window passes between them.
+            time += WINDOW_MS;
+          }
+          expect(again).toEqual(fleet.map(() => true));
+        } finally {
+          for (const instance of fleet) instance.shutdown();
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+});

@@ -1,0 +1,178 @@
+import { Redis } from 'ioredis';
+import { AuthenticationError } from '../../lib/errors';
+import { AdmissionStore } from '../../lib/rate-limit/admission-store';
+import {
+  type AuthFailureLimiter,
+  createAuthFailureLimiter,
+} from '../../lib/rate-limit/auth-failures';
+import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
+import {
+  acquireTestRedis,
+  describeWithRedis,
+  type TestRedis,
+  rollingCount,
+  uniquePrefix,
+} from '../helpers/redis';
+import { type ClockedRedis, withRedisClock } from '../helpers/redis-clock';
+
+/**
+ * The failed-authentication budget of two instances sharing a real Redis, over any span of one
+ * rolling window: with N instances, at most the budget plus N - 1 wrong credentials are compared.
+ * The instances and Redis's scripts read one injected clock, so a minute passes without waiting.
+ *
+ * The sequence: requests alternate between the two instances, all from one IP with wrong keys, 20
+ * per minute. 10 at t0 and 10 at t0 + 30 s are all compared; of two at t0 + 45 s one is (the
+ * instance that had not yet seen the budget spent); then 15 at t0 + 61.5 s, when the span from
+ * t0 + 30 s already holds 11 comparisons, so at most 10 more may be compared.
+ *
+ * Beneath it, the engine: a failure recorded while its rolling counter in Redis is full replaces
+ * the oldest admission, and the key stays full until the newest `limit` have left the window.
+ */
+
+const BUDGET = 20;
+const WINDOW_MS = 60_000;
+const INSTANCES = 2;
+const T0 = 1_764_300_000_000;
+const IP = '198.51.100.23';
+
+function wrongKey(): never {
+  throw new AuthenticationError('invalid_api_key');
+}
+
+/** The most of `times` inside any span of `windowMs` ([t, t + windowMs)). */
+function mostInOneWindow(times: readonly number[], windowMs: number): number {
+  const sorted = [...times].sort((a, b) => a - b);
+  let most = 0;
+  let from = 0;
+  for (let to = 0; to < sorted.length; to++) {
+    while ((sorted[from] ?? 0) + windowMs <= (sorted[to] ?? 0)) from++;
+    most = Math.max(most, to - from + 1);
+  }
+  return most;
+}
+
+describeWithRedis('the failed-authentication budget of two instances over one window', () => {
+  let testRedis: TestRedis | undefined;
+  let connection: LimiterRedisConnection | undefined;
+  let admin: Redis | undefined;
+  const limiters: AuthFailureLimiter[] = [];
+
+  beforeAll(async () => {
+    testRedis = await acquireTestRedis();
+    if (testRedis === undefined) throw new Error('describeWithRedis ran without a Redis');
+    connection = createLimiterRedis({ url: testRedis.url });
+    admin = new Redis(testRedis.url);
+    const deadline = Date.now() + 5000;
+    while (connection.health.state !== 'shared') {
+      if (Date.now() > deadline) throw new Error(`Redis stayed ${connection.health.state}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  });
+
+  afterAll(async () => {
+    for (const limiter of limiters.splice(0)) limiter.shutdown();
+    admin?.disconnect();
+    await connection?.close();
+    await testRedis?.close();
+  });
+
+  it('compares at most the budget plus one in any minute when a blind comparison was made while the budget was spent', async () => {
+    if (connection === undefined) throw new Error('no Redis');
+    let time = T0;
+    const now = (): number => time;
+    const clocked: ClockedRedis = withRedisClock(connection, now);
+    const prefix = uniquePrefix('auth-fleet-window');
+    const fleet = Array.from({ length: INSTANCES }, () =>
+      createAuthFailureLimiter({
+        limit: BUDGET,
+        windowMs: WINDOW_MS,
+        redis: clocked.redis,
+        prefix,
+        now,
+      }),
+    );
+    limiters.push(...fleet);
+    const req = { clientIp: IP };
+    const compared: number[] = [];
+    let sent = 0;
+
+    /** `count` requests at `at`, alternating between the instances, each answered in turn. */
+    const burst = async (at: number, count: number): Promise<number> => {
+      time = at;
+      const before = compared.length;
+      for (let i = 0; i < count; i++) {
+        const instance = fleet[sent++ % INSTANCES]!;
+        await new Promise<void>((answered) => {
+          instance.queueAttempt(
+            req,
+            () => {
+              compared.push(now());
+              return wrongKey();
+            },
+            () => {
+              answered();
+            },
+          );
+        });
+        await clocked.settled();
+      }
+      return compared.length - before;
+    };
+
+    const perBurst = [
+      await burst(T0, 10),
+      await burst(T0 + 30_000, 10),
+      await burst(T0 + 45_000, 2),
+      await burst(T0 + 61_500, 15),
+    ];
+
+    expect({ perBurst, most: mostInOneWindow(compared, WINDOW_MS) }).toEqual({
+      perBurst: [10, 10, 1, 10],
+      most: BUDGET + INSTANCES - 1,
+    });
+  });
+
+  it('records in Redis a failure compared over the limit, in place of the oldest, and holds the key full until the newest limit have left', async () => {
+    if (connection === undefined || admin === undefined) throw new Error('no Redis');
+    const limit = 3;
+    const windowMs = 10_000;
+    let time = T0;
+    const now = (): number => time;
+    const clocked = withRedisClock(connection, now);
+    const prefix = uniquePrefix('auth-fleet-store');
+    const store = new AdmissionStore({ windowMs, redis: clocked.redis, now });
+    const counter = store.countersFor(prefix, { ipv4KeyPrefix: '', rolling: true });
+    const failure = { counter, key: IP, limit, enforced: true, countWhenFull: true };
+    const request = { counter, key: IP, limit, enforced: true };
+    const ringKey = `${counter.prefix}${IP}`;
+    try {
+      for (let i = 0; i < limit; i++) {
+        time = T0 + i * 1000;
+        expect((await store.admit([failure])).refusedAt).toBe(-1);
+      }
+      // A request asking to go ahead is refused and counts nothing; a failure is counted.
+      time = T0 + 3000;
+      const asked = await store.admit([request]);
+      expect({ refusedAt: asked.refusedAt, held: await rollingCount(admin, ringKey) }).toEqual({
+        refusedAt: 0,
+        held: limit,
+      });
+      const over = await store.admit([failure]);
+      expect({
+        refusedAt: over.refusedAt,
+        held: await rollingCount(admin, ringKey),
+        resetAt: over.readings[0]?.resetAt,
+      }).toEqual({ refusedAt: 0, held: limit, resetAt: T0 + 1000 + windowMs });
+
+      // When the first failure leaves, the three newest (T0 + 1 s, 2 s, 3 s) still fill the window.
+      time = T0 + windowMs + 500;
+      counter.forget(IP);
+      expect((await store.admit([request])).refusedAt).toBe(0);
+      time = T0 + 1000 + windowMs;
+      counter.forget(IP);
+      expect((await store.admit([request])).refusedAt).toBe(-1);
+    } finally {
+      store.shutdown();
+    }
+  });
+});
