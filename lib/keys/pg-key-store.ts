@@ -34,9 +34,10 @@ import type {
   RollOptions,
   RollResult,
   MigrationResult,
+  PgKeyStoreState,
 } from './pg-key-views';
 import { migrate } from './pg-schema';
-import { PgKeySync, type PgKeyStoreState } from './pg-key-sync';
+import { PgKeySync } from './pg-key-sync';
 import { assertMigrated } from './pg-schema';
 
 /**
@@ -64,7 +65,7 @@ import { assertMigrated } from './pg-schema';
  * (`peekBySecretKey`) is not a use.
  */
 
-export { FULL_LOAD_ROWS, NOTIFY_CHANNEL, type PgKeyStoreState } from './pg-key-sync';
+export { FULL_LOAD_ROWS, NOTIFY_CHANNEL, type PgKeyStoreState } from './pg-key-views';
 
 export interface PgKeyStoreOptions {
   /** `postgres://…` */

@@ -12,6 +12,7 @@ import {
   storedLimits,
   storedPermissions,
 } from './ring-sources';
+import { FULL_LOAD_ROWS, NOTIFY_CHANNEL, type PgKeyStoreState } from './pg-key-views';
 
 /**
  * The half of the database key store that keeps this instance's ring in step with the database
@@ -19,20 +20,6 @@ import {
  * `tollgate_keys` and found by the version backstop, whole rebuilds in the worker, and the state
  * (`ready` or `stale`) with its log lines. It reads the database and never writes it.
  */
-
-export const NOTIFY_CHANNEL = 'tollgate_keys';
-
-export interface PgKeyStoreState {
-  /** `ready`: in step with the database; `stale`: the last keys loaded are in force. */
-  readonly status: 'ready' | 'stale';
-  /** Why the store is stale. */
-  readonly reason: string | undefined;
-  /** When the ring was last known to match the database (ms since the epoch). */
-  readonly lastSyncAt: number;
-  /** The change version the ring is at. */
-  readonly version: string;
-  readonly keys: number;
-}
 
 type AccountSql = RingAccountSql & { version: string };
 type KeySql = RingKeySql & { version: string };
@@ -55,8 +42,6 @@ const LATEST_VERSION = `SELECT greatest(
 /** The listener's state from construction until its first connection succeeds or fails. */
 const NOT_LISTENING_YET = 'not connected yet';
 const RECONNECT_MIN_MS = 100;
-/** More changed keys than this in one sync: a new ring is built in the worker instead. */
-export const FULL_LOAD_ROWS = 5000;
 const RECONNECT_MAX_MS = 5000;
 
 /** What the syncing half is given by the store. */

@@ -107,3 +107,22 @@ export interface MigrationResult {
   readonly to: number;
   readonly applied: readonly Migration[];
 }
+
+/** The channel the database key store listens on for changes (`NOTIFY tollgate_keys`). */
+export const NOTIFY_CHANNEL = 'tollgate_keys';
+
+/** More changed keys than this in one sync: a new ring is built in the worker instead. */
+export const FULL_LOAD_ROWS = 5000;
+
+/** The database key store's state, for readiness and metrics. */
+export interface PgKeyStoreState {
+  /** `ready`: in step with the database; `stale`: the last keys loaded are in force. */
+  readonly status: 'ready' | 'stale';
+  /** Why the store is stale. */
+  readonly reason: string | undefined;
+  /** When the ring was last known to match the database (ms since the epoch). */
+  readonly lastSyncAt: number;
+  /** The change version the ring is at. */
+  readonly version: string;
+  readonly keys: number;
+}
