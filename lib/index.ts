@@ -101,6 +101,7 @@ export {
   type KeyStoreLimitOptions,
 } from './keys/key-store';
 export type { AccountLimits, LimitScopes } from './model/key-record';
+export { FileKeyAdmin, type FileKeyAdminOptions } from './keys/file-key-admin';
 export { PgKeyStore, type PgKeyStoreOptions, type PgKeyStoreState } from './keys/pg-key-store';
 
 // Tokens.
