@@ -153,7 +153,7 @@ async function setLimits(admin: FileKeyAdmin, options: Options, file: string): P
   const limits = limitsOption(options);
   const account = await admin.setLimits(accountId, limits).catch(fileFault(file, accountId));
   console.log(
-    `Account ${account.id}: limits per minute ${describeLimits(account.limits ?? undefined)}, once the gateway reloads the file.`,
+    `Account ${account.id}: limits per minute ${describeLimits(limits ?? undefined)}, once the gateway reloads the file.`,
   );
 }
 

@@ -58,6 +58,8 @@ function newKeyId(): string {
  * errors, then the whole new document is validated by the keys file's loader and the file replaced
  * atomically (written beside it, mode 0600, then renamed), so a gateway reloading it on `SIGHUP`
  * loads it whole. A write refused leaves the file and the document as they were. A keys file holds
+ * no account without keys: one made by `createAccount` is held in memory and written with its
+ * first key. A keys file holds
  * no times of creation, change or use, nor when a key was revoked: those fields of the views are
  * `null` (`revoked` says whether a key is revoked).
  */
@@ -92,7 +94,7 @@ export class FileKeyAdmin implements KeyAdmin {
     return new FileKeyAdmin(document, file, options);
   }
 
-  /** The document as it is now (a copy). */
+  /** The document as it is now (a copy), accounts not yet written (without keys) included. */
   document(): KeysDocument {
     return structuredClone(this.current);
   }
@@ -288,8 +290,9 @@ export class FileKeyAdmin implements KeyAdmin {
     });
   }
 
+  /** The accounts with keys (a keys file holds no others, nor does `PgKeyStore` export them). */
   export(): Promise<KeysDocument> {
-    return Promise.resolve(this.document());
+    return Promise.resolve(fileDocument(this.document()));
   }
 
   /** A change applied to a copy, the copy validated whole and written, then taken as current. */
@@ -297,8 +300,12 @@ export class FileKeyAdmin implements KeyAdmin {
     try {
       const next = structuredClone(this.current);
       const result = change(next);
-      this.validate(next);
-      writeKeysFile(this.file, next);
+      const written = fileDocument(next);
+      // Nothing a keys file can hold yet (accounts without keys): nothing to write.
+      if (written.accounts.length > 0) {
+        this.validate(written);
+        writeKeysFile(this.file, written);
+      }
       this.current = next;
       return Promise.resolve(result);
     } catch (error) {
@@ -313,7 +320,14 @@ export class FileKeyAdmin implements KeyAdmin {
   private limits(value: unknown, account: string): Record<string, number> | null {
     if (value === null) return null;
     const limits = rules.accountLimits(value, 'limits', account, this.limitScopes, invalid);
-    return limits === undefined ? null : { ...limits };
+    if (limits === undefined) return null;
+    // In the order given, as a person wrote them: the file is theirs to read.
+    return Object.fromEntries(
+      Object.keys(value as object).flatMap((scope) => {
+        const limit = limits[scope];
+        return limit === undefined ? [] : [[scope, limit] as const];
+      }),
+    );
   }
 
   private permissions(value: unknown, key: string | undefined): string[] | null {
@@ -439,4 +453,9 @@ function isEmptyDocument(document: unknown): boolean {
   if (typeof document !== 'object' || document === null) return false;
   const { accounts } = document as { accounts?: unknown };
   return Object.keys(document).length === 1 && Array.isArray(accounts) && accounts.length === 0;
+}
+
+/** What the file holds of a document: the accounts with keys. */
+function fileDocument(document: KeysDocument): KeysDocument {
+  return { accounts: document.accounts.filter((account) => account.keys.length > 0) };
 }
