@@ -75,6 +75,7 @@ export class FileKeyAdmin implements KeyAdmin {
    */
   constructor(
     document: unknown,
+    /** The keys file each write replaces. */
     readonly file: string,
     options: FileKeyAdminOptions = {},
   ) {
@@ -100,7 +101,9 @@ export class FileKeyAdmin implements KeyAdmin {
   }
 
   /** The key with this id as the file holds it (a copy); `undefined` when there is none. */
-  findKey(keyId: string): (Key & { accountId: string }) | undefined {
+  findKey(
+    keyId: string,
+  ): (KeysDocument['accounts'][number]['keys'][number] & { accountId: string }) | undefined {
     for (const account of this.current.accounts) {
       const key = account.keys.find((candidate) => candidate.id === keyId);
       if (key !== undefined) return { ...structuredClone(key), accountId: account.id };
