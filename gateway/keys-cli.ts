@@ -31,7 +31,7 @@ async function main(argv: string[]): Promise<void> {
     );
   }
   const target = targetOf(command, values, process.env);
-  if (target.kind === 'file') runOnFile(command, values, target.file);
+  if (target.kind === 'file') await runOnFile(command, values, target.file);
   else if (command === 'migrate') await migrateDatabase(target.url, target.shown);
   else await runOnDatabase(command, values, target.url, target.shown);
 }

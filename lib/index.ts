@@ -74,6 +74,7 @@ export {
   type KeyStoreLimitOptions,
 } from './keys/key-store';
 export type { AccountLimits, LimitScopes } from './model/key-record';
+export { FileKeyAdmin, type FileKeyAdminOptions } from './keys/file-key-admin';
 
 // Tokens.
 export {

@@ -15,7 +15,7 @@ export {
   UnsupportedMediaTypeError,
 } from './errors';
 export { parseCidrEntry } from './model/ip-address';
-export { parseRole } from './model/roles';
+export { OWNER_ROLE, parseRole } from './model/roles';
 export { keyPrefixType, keyShape } from './model/key-format';
 export { editDistance } from './options';
 export { HEADER_NAME_PATTERN } from './core/credentials';
@@ -33,7 +33,6 @@ export {
 export { isExpired } from './model/key-record';
 export { IDEMPOTENCY_OUTCOMES } from './core/idempotency';
 export { keepsAnswer, releaseAnswer } from './express/idempotency';
-export { planRoll } from './keys/key-roll';
 export {
   accountLimits,
   expiresAt,

@@ -38,11 +38,11 @@ export function keyAnswer(key: StoredKey): WrittenKeyAnswer {
     account_id: key.accountId,
     role: key.role,
     publishable_key: key.publishableKey,
-    created_at: key.createdAt.toISOString(),
+    created_at: key.createdAt?.toISOString() ?? null,
     expires_at: key.expiresAt?.toISOString() ?? null,
     revoked_at: key.revokedAt?.toISOString() ?? null,
     last_used_at: key.lastUsedAt?.toISOString() ?? null,
-    revoked: key.revokedAt !== null,
+    revoked: key.revoked,
     permissions: key.permissions === null ? null : [...key.permissions],
   };
 }

@@ -117,7 +117,7 @@ async function list(store: PgKeyStore): Promise<void> {
         id: key.id,
         role: key.role,
         publishableKey: key.publishableKey,
-        revoked: key.revokedAt !== null,
+        revoked: key.revoked,
         expiresAt: key.expiresAt?.toISOString(),
         lastUsedAt: key.lastUsedAt?.toISOString(),
         permissions: key.permissions,

@@ -1,8 +1,7 @@
-import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { ConfigurationError, generateKey, type KeyEnvironment, KeyRing, sha256 } from '../../lib';
-import { parseRole } from '../../lib/internal';
-import { planRoll } from '../../lib/internal';
+import { existsSync } from 'node:fs';
+import { ConfigurationError, FileKeyAdmin, TollgateError } from '../../lib';
+import { ConflictError, KeyAlreadyRolledError, OWNER_ROLE, parseRole } from '../../lib/internal';
+import type { KeysDocument, NewKey } from '../../lib/entry/postgres';
 import {
   type CommandName,
   environment,
@@ -22,32 +21,12 @@ import {
 import { GATEWAY_LIMIT_SCOPES } from './limit-scopes';
 
 /**
- * The key command on a keys file: it prints a new secret once and writes only its SHA-256. The
- * file is validated before it is replaced, and replaced atomically (write, then rename), mode
- * 0600, so `SIGHUP` loads it whole.
+ * The key command on a keys file: it reads its options, asks `FileKeyAdmin` for the change (which
+ * validates the whole file before replacing it atomically, mode 0600, so `SIGHUP` loads it whole),
+ * and prints the result. A new secret is printed once; the file holds only its SHA-256.
  */
 
-interface KeyEntry {
-  id: string;
-  publishableKey: string;
-  secretKeySha256: string;
-  role?: string;
-  revoked?: boolean;
-  expiresAt?: string;
-  permissions?: string[];
-}
-
-interface KeysDocument {
-  accounts: {
-    id: string;
-    ipWhitelist?: string[];
-    limits?: Record<string, unknown>;
-    keys: KeyEntry[];
-  }[];
-}
-
-type Account = KeysDocument['accounts'][number];
-type Verb = (document: KeysDocument, options: Options, file: string) => void;
+type Verb = (admin: FileKeyAdmin, options: Options, file: string) => Promise<void>;
 
 const VERBS: Record<Exclude<CommandName, 'import' | 'export' | 'migrate'>, Verb> = {
   list,
@@ -60,7 +39,11 @@ const VERBS: Record<Exclude<CommandName, 'import' | 'export' | 'migrate'>, Verb>
   'set-limits': setLimits,
 };
 
-export function runOnFile(command: CommandName, options: Options, file: string): void {
+export async function runOnFile(
+  command: CommandName,
+  options: Options,
+  file: string,
+): Promise<void> {
   if (command === 'import' || command === 'export' || command === 'migrate') {
     throw new ConfigurationError(`${command} works on a database only`);
   }
@@ -70,123 +53,88 @@ export function runOnFile(command: CommandName, options: Options, file: string):
       `keys file ${file} does not exist (create makes it: tollgate-keys create --account <id> --file ${file})`,
     );
   }
-  VERBS[command](readDocument(file), options, file);
+  const admin = FileKeyAdmin.open(file, {
+    limitScopes: GATEWAY_LIMIT_SCOPES,
+    keyEnvironment: environment(options.env),
+  });
+  await VERBS[command](admin, options, file);
 }
 
-function list(document: KeysDocument): void {
+async function list(admin: FileKeyAdmin): Promise<void> {
+  const document: KeysDocument = await admin.export();
   for (const account of document.accounts) {
     printAccount(
       account.id,
       account.ipWhitelist,
       account.keys.map((key) => ({
         id: key.id,
-        role: key.role ?? 'administrator',
+        role: (key.role as string | undefined) ?? OWNER_ROLE,
         publishableKey: key.publishableKey,
         revoked: key.revoked === true,
         expiresAt: key.expiresAt,
         permissions: key.permissions,
       })),
-      account.limits as Readonly<Record<string, number>> | undefined,
+      account.limits,
     );
   }
 }
 
-function create(document: KeysDocument, options: Options, file: string): void {
+async function create(admin: FileKeyAdmin, options: Options, file: string): Promise<void> {
   const accountId = required(options.account, 'create', '--account <id>');
-  let account = document.accounts.find((candidate) => candidate.id === accountId);
-  if (account === undefined) {
-    account = { id: accountId, keys: [] };
-    document.accounts.push(account);
-  }
-  const role = parseRole(options.role ?? 'administrator', '--role');
+  const role = parseRole(options.role ?? OWNER_ROLE, '--role');
   const permissions = permissionsOption(options, 'create');
-  const pair = addKeyPair(account, role, environment(options.env), options.key, permissions);
-  // Checked, permissions included, when the document is validated before it is written.
-  writeDocument(file, document);
+  const key = await admin.createKey(
+    accountId,
+    { role, permissions, ...(options.key === undefined ? {} : { id: options.key }) },
+    { addAccount: true },
+  );
   printPair(
-    `Created key ${pair.id} (${role}${permissions === null ? '' : `; permissions: ${describePermissions(permissions)}`}) for account ${account.id} in ${file}.`,
-    pair,
+    `Created key ${key.id} (${role}${permissions === null ? '' : `; permissions: ${describePermissions(permissions)}`}) for account ${key.accountId} in ${file}.`,
+    pairOf(key),
   );
 }
 
-function roll(document: KeysDocument, options: Options, file: string): void {
-  const { account, key } = findKey(document, options, 'roll', file);
+async function roll(admin: FileKeyAdmin, options: Options, file: string): Promise<void> {
+  const keyId = required(options.key, 'roll', '--key <id>');
   const grace = graceSeconds(options.grace);
-  const plan = planRoll(
-    {
-      revoked: key.revoked === true,
-      expiresAt: key.expiresAt === undefined ? undefined : Date.parse(key.expiresAt),
-    },
-    grace,
-    Date.now(),
-  );
-  if (plan.kind === 'revoked') {
-    throw new ConfigurationError(`key ${key.id} is revoked: create a new key instead`);
-  }
-  if (plan.kind === 'expired') {
-    throw new ConfigurationError(`key ${key.id} has expired: create a new key instead`);
-  }
-  if (plan.kind === 'rolled') {
-    throw new ConfigurationError(
-      `key ${key.id} is already rolled: it stops working at ${key.expiresAt ?? ''}, within the grace`,
-    );
-  }
-  key.expiresAt = new Date(plan.deadline).toISOString();
-  const role = parseRole(key.role ?? 'administrator', `${key.id}.role`);
-  // The new pair may do what the old one could, no more.
-  const pair = addKeyPair(
-    account,
-    role,
-    environmentOf(key.publishableKey),
-    undefined,
-    key.permissions ?? null,
-  );
-  writeDocument(file, document);
+  const before = admin.findKey(keyId);
+  const { key, previous } = await admin.roll(keyId, grace).catch((error: unknown) => {
+    throw refusal(error, file, keyId, before?.expiresAt);
+  });
   printPair(
-    `Rolled key ${key.id}: it stops working at ${key.expiresAt}. New key ${pair.id} (${role}) for account ${account.id} in ${file}.`,
-    pair,
+    `Rolled key ${previous.id}: it stops working at ${previous.expiresAt?.toISOString() ?? ''}. New key ${key.id} (${key.role}) for account ${key.accountId} in ${file}.`,
+    pairOf(key),
   );
 }
 
-function revoke(document: KeysDocument, options: Options, file: string): void {
-  const { key } = findKey(document, options, 'revoke', file);
-  key.revoked = true;
-  writeDocument(file, document);
+async function revoke(admin: FileKeyAdmin, options: Options, file: string): Promise<void> {
+  const keyId = required(options.key, 'revoke', '--key <id>');
+  const key = await admin.revoke(keyId).catch(fileFault(file, keyId));
   console.log(`Revoked key ${key.id}; its tokens stop working once the gateway reloads the file.`);
 }
 
-function setRole(document: KeysDocument, options: Options, file: string): void {
-  const { key } = findKey(document, options, 'set-role', file);
+async function setRole(admin: FileKeyAdmin, options: Options, file: string): Promise<void> {
+  const keyId = required(options.key, 'set-role', '--key <id>');
   const role = parseRole(required(options.role, 'set-role', '--role <role>'), '--role');
-  key.role = role;
-  writeDocument(file, document);
+  const key = await admin.updateKey(keyId, { role }).catch(fileFault(file, keyId));
   console.log(
     `Key ${key.id} now has the role ${role}, for its tokens too, once the gateway reloads the file.`,
   );
 }
 
-function setPermissions(document: KeysDocument, options: Options, file: string): void {
-  const { key } = findKey(document, options, 'set-permissions', file);
+async function setPermissions(admin: FileKeyAdmin, options: Options, file: string): Promise<void> {
+  const keyId = required(options.key, 'set-permissions', '--key <id>');
   const permissions = permissionsOption(options, 'set-permissions');
-  if (permissions === null) delete key.permissions;
-  // Checked against the known permissions when the document is validated below.
-  else key.permissions = permissions;
-  writeDocument(file, document);
+  const key = await admin.updateKey(keyId, { permissions }).catch(fileFault(file, keyId));
   console.log(
     `${permissionsSentence(key.id, permissions)}, for its tokens too, once the gateway reloads the file.`,
   );
 }
 
-function setWhitelist(document: KeysDocument, options: Options, file: string): void {
-  const account = findAccount(document, options, 'set-whitelist', file);
+async function setWhitelist(admin: FileKeyAdmin, options: Options, file: string): Promise<void> {
+  const accountId = required(options.account, 'set-whitelist', '--account <id>');
   const entries = whitelistOption(options);
-  if (entries === null) {
-    delete account.ipWhitelist;
-  } else {
-    // Checked by the gateway's own parser when the document is validated below.
-    account.ipWhitelist = entries;
-  }
-  writeDocument(file, document);
+  const account = await admin.setIpWhitelist(accountId, entries).catch(fileFault(file, accountId));
   console.log(
     entries === null
       ? `Account ${account.id}: secret keys and tokens are accepted from any address.`
@@ -194,86 +142,52 @@ function setWhitelist(document: KeysDocument, options: Options, file: string): v
   );
 }
 
-function setLimits(document: KeysDocument, options: Options, file: string): void {
-  const account = findAccount(document, options, 'set-limits', file);
+async function setLimits(admin: FileKeyAdmin, options: Options, file: string): Promise<void> {
+  const accountId = required(options.account, 'set-limits', '--account <id>');
   const limits = limitsOption(options);
-  if (limits === null) {
-    delete account.limits;
-  } else {
-    // Checked against the gateway's scopes when the document is validated below.
-    account.limits = limits;
-  }
-  writeDocument(file, document);
+  const account = await admin.setLimits(accountId, limits).catch(fileFault(file, accountId));
   console.log(
-    `Account ${account.id}: limits per minute ${describeLimits(account.limits as Record<string, number> | undefined)}, once the gateway reloads the file.`,
+    `Account ${account.id}: limits per minute ${describeLimits(limits ?? undefined)}, once the gateway reloads the file.`,
   );
 }
 
-function addKeyPair(
-  account: Account,
-  role: string,
-  env: KeyEnvironment,
-  id: string | undefined,
-  permissions: readonly string[] | null,
-): NewPair {
-  const pair = {
-    id: id ?? `key_${randomBytes(6).toString('hex')}`,
-    publishableKey: generateKey('publishable', env),
-    secretKey: generateKey('secret', env),
+function pairOf(key: NewKey): NewPair {
+  return { id: key.id, publishableKey: key.publishableKey, secretKey: key.secretKey };
+}
+
+/** An unknown account or key, in the command's words. */
+function fileFault(file: string, id: string): (error: unknown) => never {
+  return (error) => {
+    if (error instanceof TollgateError && error.status === 404) {
+      const what = error.message.startsWith('No account') ? 'account' : 'key';
+      throw new ConfigurationError(`no ${what} ${JSON.stringify(id)} in ${file}`);
+    }
+    throw error;
   };
-  account.keys.push({
-    id: pair.id,
-    publishableKey: pair.publishableKey,
-    secretKeySha256: sha256(pair.secretKey).toString('hex'),
-    role,
-    ...(permissions === null ? {} : { permissions: [...permissions] }),
-  });
-  return pair;
 }
 
-function findAccount(
-  document: KeysDocument,
-  options: Options,
-  command: string,
+/** A roll refused, in the command's words. */
+function refusal(
+  error: unknown,
   file: string,
-): Account {
-  const accountId = required(options.account, command, '--account <id>');
-  const account = document.accounts.find((candidate) => candidate.id === accountId);
-  if (account === undefined) {
-    throw new ConfigurationError(`no account ${JSON.stringify(accountId)} in ${file}`);
+  keyId: string,
+  expiresAt: string | undefined,
+): unknown {
+  if (error instanceof KeyAlreadyRolledError) {
+    return new ConfigurationError(
+      `key ${keyId} is already rolled: it stops working at ${expiresAt ?? ''}, within the grace`,
+    );
   }
-  return account;
-}
-
-function findKey(
-  document: KeysDocument,
-  options: Options,
-  command: string,
-  file: string,
-): { account: Account; key: KeyEntry } {
-  const keyId = required(options.key, command, '--key <id>');
-  for (const account of document.accounts) {
-    const key = account.keys.find((candidate) => candidate.id === keyId);
-    if (key !== undefined) return { account, key };
+  if (error instanceof ConflictError && error.message.endsWith('is revoked: roll refused')) {
+    return new ConfigurationError(`key ${keyId} is revoked: create a new key instead`);
   }
-  throw new ConfigurationError(`no key ${JSON.stringify(keyId)} in ${file}`);
-}
-
-/** A rolled key's replacement keeps its environment (`pk_live_…` rolls into `pk_live_…`). */
-function environmentOf(publishableKey: string): KeyEnvironment {
-  return publishableKey.startsWith('pk_live_') ? 'live' : 'test';
-}
-
-function readDocument(file: string): KeysDocument {
-  if (!existsSync(file)) return { accounts: [] };
-  const document = JSON.parse(readFileSync(file, 'utf8')) as KeysDocument;
-  KeyRing.fromDocument(document, file, { limitScopes: GATEWAY_LIMIT_SCOPES });
-  return document;
-}
-
-function writeDocument(file: string, document: KeysDocument): void {
-  KeyRing.fromDocument(document, file, { limitScopes: GATEWAY_LIMIT_SCOPES });
-  const temporary = `${file}.${process.pid}.tmp`;
-  writeFileSync(temporary, `${JSON.stringify(document, null, 2)}\n`, { mode: 0o600 });
-  renameSync(temporary, file);
+  if (error instanceof ConflictError && error.message.endsWith('has expired: roll refused')) {
+    return new ConfigurationError(`key ${keyId} has expired: create a new key instead`);
+  }
+  try {
+    fileFault(file, keyId)(error);
+  } catch (translated) {
+    return translated;
+  }
+  return error;
 }

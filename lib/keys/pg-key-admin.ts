@@ -88,6 +88,7 @@ function keyView(row: KeyRowSql): KeyView {
     publishableKey: row.publishable_key,
     createdAt: row.created_at,
     expiresAt: row.expires_at,
+    revoked: row.revoked_at !== null,
     revokedAt: row.revoked_at,
     lastUsedAt: row.last_used_at,
     permissions: row.permissions,

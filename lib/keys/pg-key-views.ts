@@ -11,8 +11,9 @@ export interface AccountView {
   readonly ipWhitelist: readonly string[] | null;
   /** Its limit overrides; `null`: every scope at its default. */
   readonly limits: AccountLimits | null;
-  readonly createdAt: Date;
-  readonly updatedAt: Date;
+  /** `null`: not recorded (a keys file holds no such times). */
+  readonly createdAt: Date | null;
+  readonly updatedAt: Date | null;
 }
 
 export interface KeyView {
@@ -20,8 +21,11 @@ export interface KeyView {
   readonly accountId: string;
   readonly role: Role;
   readonly publishableKey: string;
-  readonly createdAt: Date;
+  /** `null`: not recorded (a keys file holds no such times). */
+  readonly createdAt: Date | null;
   readonly expiresAt: Date | null;
+  readonly revoked: boolean;
+  /** When it was revoked; `null` when it is not, or when that is not recorded (a keys file). */
   readonly revokedAt: Date | null;
   readonly lastUsedAt: Date | null;
   /** What it may do, in the vocabulary's order; `null`: all its role allows. */
