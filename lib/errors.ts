@@ -148,8 +148,8 @@ export class ConflictError extends TollgateError {
 }
 
 /**
- * A roll asked to happen once (`RollOptions.once`) of a key already rolled: it already expires
- * within the grace period, and its replacement exists.
+ * A roll of a key already rolled: it already expires within the grace period asked for, and its
+ * replacement exists.
  */
 export class KeyAlreadyRolledError extends ConflictError {
   constructor(keyId: string) {

@@ -283,7 +283,7 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
   const writeOnce = async (keyId: string): Promise<Change> => {
     if (options.action === 'roll') {
       // Once per key across instances: a key another instance rolled just before is refused.
-      const rolled = await options.writer.roll(keyId, options.graceSeconds, { once: true });
+      const rolled = await options.writer.roll(keyId, options.graceSeconds);
       return { action: 'rolled', replacementId: rolled.key.id };
     }
     await options.writer.revoke(keyId);

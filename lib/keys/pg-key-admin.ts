@@ -410,7 +410,7 @@ export async function roll(
     );
     if (plan.kind === 'revoked') throw new ConflictError(`Key "${id}" is revoked: roll refused`);
     if (plan.kind === 'expired') throw new ConflictError(`Key "${id}" has expired: roll refused`);
-    // Every roll, asked once or not: the replacement exists already.
+    // Rolled already (by another instance, or an operator): the replacement exists.
     if (plan.kind === 'rolled') throw new KeyAlreadyRolledError(id);
     const key = await insertNewKey(
       client,

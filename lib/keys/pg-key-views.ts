@@ -63,13 +63,6 @@ export interface KeyChanges {
 export interface RollOptions {
   /** The new key's id; a fresh one when absent. */
   readonly id?: string;
-  /**
-   * Asks for what every roll now does: a key that already expires within `graceSeconds`, as a key
-   * rolled already does, is refused with `KeyAlreadyRolledError` (409). Checked with the key's row
-   * locked, so of several rolls of one key at once, from any instances, exactly one makes a
-   * replacement. Kept for callers that say so explicitly.
-   */
-  readonly once?: boolean;
 }
 
 /** A keys document (`{"accounts": [...]}`), as the keys file holds it. */

@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Pool } from 'pg';
-import { ConflictError, KeyAlreadyRolledError } from '../../lib/errors';
+import { ConflictError } from '../../lib/errors';
 import { KeyRing, sha256, TollgateError } from '../../lib';
 import { PgKeyStore } from '../../lib/entry/postgres';
 import { IpWhitelist } from '../../lib/model/ip-whitelist';
@@ -291,32 +291,6 @@ describeWithPostgres('PostgreSQL key store', () => {
       const accounts = await store.listAccounts();
       expect(accounts.map((a) => a.id)).toEqual(['acct_one', 'acct_roll', 'acct_two']);
       expect((await store.listAccounts()).flatMap((a) => a.keys).length).toBeGreaterThan(0);
-    });
-
-    it('rolls once when asked to: of rolls at once from two stores, one makes a replacement', async () => {
-      await store.createAccount('acct_once');
-      await store.createKey('acct_once', { id: 'key_once' });
-      const other = await open(url);
-      await within(3000, () => other.findById('key_once') !== undefined);
-      const rolls = await Promise.allSettled([
-        store.roll('key_once', 300, { once: true }),
-        other.roll('key_once', 300, { once: true }),
-      ]);
-      const made = rolls.filter((roll) => roll.status === 'fulfilled');
-      const refused = rolls.flatMap((roll) =>
-        roll.status === 'rejected' ? [roll.reason as unknown] : [],
-      );
-      expect(made).toHaveLength(1);
-      expect(refused).toHaveLength(1);
-      expect(refused[0]).toBeInstanceOf(KeyAlreadyRolledError);
-      expect(refused[0]).toEqual(expectError(409, /^Key "key_once" is already rolled/));
-      const keys = (await store.listAccounts()).find((a) => a.id === 'acct_once')?.keys ?? [];
-      expect(keys).toHaveLength(2);
-      // Without `once` too: every roll of a key in its grace is refused, no other replacement.
-      await expect(store.roll('key_once', 300)).rejects.toBeInstanceOf(KeyAlreadyRolledError);
-      expect(
-        (await store.listAccounts()).find((a) => a.id === 'acct_once')?.keys ?? [],
-      ).toHaveLength(2);
     });
 
     it('finds one account by its id, with its settings, and nothing for an unknown id', async () => {
