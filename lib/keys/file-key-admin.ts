@@ -13,6 +13,8 @@ import { generateKey, type KeyEnvironment } from '../model/key-format';
 import * as rules from './key-rules';
 import type { LimitScopes } from '../model/key-record';
 import { parseKeysDocument } from './keys-file';
+import { KEY_STORE_LIMIT_OPTION_CHECKS } from './key-store';
+import { check, checkOptions, type OptionChecks } from '../options';
 import { permissionNames as checkedPermissionNames, permissionsOfMask } from '../model/permissions';
 import { isGraceSeconds, MAX_GRACE_SECONDS, planRoll } from './key-roll';
 import type { KeyAdmin } from './key-admin';
@@ -39,6 +41,11 @@ export interface FileKeyAdminOptions {
 
 type Account = KeysDocument['accounts'][number];
 type Key = Account['keys'][number];
+
+const FILE_KEY_ADMIN_OPTION_CHECKS: OptionChecks<FileKeyAdminOptions> = {
+  ...KEY_STORE_LIMIT_OPTION_CHECKS,
+  keyEnvironment: check("'test' or 'live'", (value) => value === 'test' || value === 'live'),
+};
 
 const invalid: rules.Fail = (where, problem) => {
   throw new InvalidRequestError(`${where}: ${problem}`);
@@ -79,6 +86,7 @@ export class FileKeyAdmin implements KeyAdmin {
     readonly file: string,
     options: FileKeyAdminOptions = {},
   ) {
+    checkOptions('FileKeyAdmin', options, FILE_KEY_ADMIN_OPTION_CHECKS);
     this.limitScopes = { ...(options.limitScopes ?? {}) };
     this.permissionNames = checkedPermissionNames(options.permissions, 'FileKeyAdmin');
     this.environment = options.keyEnvironment ?? 'test';
@@ -89,6 +97,7 @@ export class FileKeyAdmin implements KeyAdmin {
 
   /** Reads and validates the keys file at `file`; a file that is not there is an empty document. */
   static open(file: string, options: FileKeyAdminOptions = {}): FileKeyAdmin {
+    checkOptions('FileKeyAdmin.open()', options, FILE_KEY_ADMIN_OPTION_CHECKS);
     const document: unknown = existsSync(file)
       ? JSON.parse(readFileSync(file, 'utf8'))
       : { accounts: [] };

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as root from '../../lib';
 import { ConfigurationError } from '../../lib/errors';
@@ -32,6 +33,7 @@ const {
   createPathRedactor,
   createRateLimiter,
   errorHandler,
+  FileKeyAdmin,
   FileKeyStore,
   forwardAuthDoor,
   issueToken,
@@ -230,6 +232,15 @@ const CASES: readonly Case[] = [
     opensSomething: true,
   },
   {
+    where: 'FileKeyAdmin.open()',
+    call: (options) =>
+      FileKeyAdmin.open(join(tmpdir(), 'tollgate-options-absent.json'), options as never),
+    valid: { keyEnvironment: 'live' },
+    misspelt: 'keyEnviroment',
+    wrongType: ['keyEnvironment', 'production'],
+    optional: true,
+  },
+  {
     where: 'PgKeyStore.open()',
     call: (options) => PgKeyStore.open(options as never),
     valid: { connectionString: 'postgres://127.0.0.1:1/keys' },
@@ -383,6 +394,7 @@ const COVERED: ReadonlySet<string> = new Set([
   'createPathRedactor',
   'KeyRing',
   'FileKeyStore',
+  'FileKeyAdmin',
   'PgKeyStore',
   'TokenService',
   'createAuthFailureLimiter',
