@@ -1,10 +1,10 @@
 import fc from 'fast-check';
-import { AuthenticationError } from '../../lib/errors';
 import {
   type AuthFailureLimiter,
   createAuthFailureLimiter,
 } from '../../lib/rate-limit/auth-failures';
-import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
+import type { LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
+import { mostInOneWindow, sharedConnection, wrongKey } from '../helpers/auth-budget';
 import {
   acquireTestRedis,
   describeWithRedis,
@@ -53,22 +53,6 @@ const scenario = fc.record({
   steps: fc.array(step, { minLength: 1, maxLength: 60 }),
 });
 
-function wrongKey(): never {
-  throw new AuthenticationError('invalid_api_key');
-}
-
-/** The most of `times` inside any span of `windowMs` ([t, t + windowMs)). */
-function mostInOneWindow(times: readonly number[], windowMs: number): number {
-  const sorted = [...times].sort((a, b) => a - b);
-  let most = 0;
-  let from = 0;
-  for (let to = 0; to < sorted.length; to++) {
-    while ((sorted[from] ?? 0) + windowMs <= (sorted[to] ?? 0)) from++;
-    most = Math.max(most, to - from + 1);
-  }
-  return most;
-}
-
 describeWithRedis('the failed-authentication budget of a fleet sharing Redis (property)', () => {
   let testRedis: TestRedis | undefined;
   let connection: LimiterRedisConnection | undefined;
@@ -76,12 +60,7 @@ describeWithRedis('the failed-authentication budget of a fleet sharing Redis (pr
   beforeAll(async () => {
     testRedis = await acquireTestRedis();
     if (testRedis === undefined) throw new Error('describeWithRedis ran without a Redis');
-    connection = createLimiterRedis({ url: testRedis.url });
-    const deadline = Date.now() + 5000;
-    while (connection.health.state !== 'shared') {
-      if (Date.now() > deadline) throw new Error(`Redis stayed ${connection.health.state}`);
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    connection = await sharedConnection(testRedis.url);
   });
 
   afterAll(async () => {

@@ -1,11 +1,11 @@
 import { Redis } from 'ioredis';
-import { AuthenticationError } from '../../lib/errors';
 import { AdmissionStore } from '../../lib/rate-limit/admission-store';
 import {
   type AuthFailureLimiter,
   createAuthFailureLimiter,
 } from '../../lib/rate-limit/auth-failures';
-import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
+import type { LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
+import { mostInOneWindow, sharedConnection, wrongKey } from '../helpers/auth-budget';
 import {
   acquireTestRedis,
   describeWithRedis,
@@ -35,22 +35,6 @@ const INSTANCES = 2;
 const T0 = 1_764_300_000_000;
 const IP = '198.51.100.23';
 
-function wrongKey(): never {
-  throw new AuthenticationError('invalid_api_key');
-}
-
-/** The most of `times` inside any span of `windowMs` ([t, t + windowMs)). */
-function mostInOneWindow(times: readonly number[], windowMs: number): number {
-  const sorted = [...times].sort((a, b) => a - b);
-  let most = 0;
-  let from = 0;
-  for (let to = 0; to < sorted.length; to++) {
-    while ((sorted[from] ?? 0) + windowMs <= (sorted[to] ?? 0)) from++;
-    most = Math.max(most, to - from + 1);
-  }
-  return most;
-}
-
 describeWithRedis('the failed-authentication budget of two instances over one window', () => {
   let testRedis: TestRedis | undefined;
   let connection: LimiterRedisConnection | undefined;
@@ -60,13 +44,8 @@ describeWithRedis('the failed-authentication budget of two instances over one wi
   beforeAll(async () => {
     testRedis = await acquireTestRedis();
     if (testRedis === undefined) throw new Error('describeWithRedis ran without a Redis');
-    connection = createLimiterRedis({ url: testRedis.url });
+    connection = await sharedConnection(testRedis.url);
     admin = new Redis(testRedis.url);
-    const deadline = Date.now() + 5000;
-    while (connection.health.state !== 'shared') {
-      if (Date.now() > deadline) throw new Error(`Redis stayed ${connection.health.state}`);
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
   });
 
   afterAll(async () => {

@@ -1,0 +1,39 @@
+import { AuthenticationError } from '../../lib/errors';
+import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
+
+/**
+ * What the failed-authentication budget's fleet tests share: a credential compared and found
+ * wrong, the most comparisons in any span of one window, and a connection to a real Redis whose
+ * counters are shared before the first attempt.
+ */
+
+/** The comparison of a wrong key: what `attempt()` is given to run. */
+export function wrongKey(): never {
+  throw new AuthenticationError('invalid_api_key');
+}
+
+/** The most of `times` inside any span of `windowMs` ([t, t + windowMs)). */
+export function mostInOneWindow(times: readonly number[], windowMs: number): number {
+  const sorted = [...times].sort((a, b) => a - b);
+  let most = 0;
+  let from = 0;
+  for (let to = 0; to < sorted.length; to++) {
+    while ((sorted[from] ?? 0) + windowMs <= (sorted[to] ?? 0)) from++;
+    most = Math.max(most, to - from + 1);
+  }
+  return most;
+}
+
+/** The kit's Redis connection to `url`, once its counters are shared (5 s at most). */
+export async function sharedConnection(url: string): Promise<LimiterRedisConnection> {
+  const connection = createLimiterRedis({ url });
+  const deadline = Date.now() + 5000;
+  while (connection.health.state !== 'shared') {
+    if (Date.now() > deadline) {
+      await connection.close();
+      throw new Error(`Redis stayed ${connection.health.state}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return connection;
+}
