@@ -104,7 +104,7 @@ describe('the forward-auth door answers as the API description says', () => {
     it('answers every request as the operation of its method describes', async () => {
       const key = gateway.fixtures.keys.admin;
       const answers = [
-        // A route that takes the method (GET, POST), or the method it takes named in Allow.
+        // A route that takes the method (GET, HEAD, POST), or the one it takes named in Allow.
         await ask('envoy', gateway, { method, target, headers: bearer(key.secretKey) }),
         // No credential.
         await ask('envoy', gateway, { method, target }),
