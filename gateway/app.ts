@@ -243,10 +243,12 @@ export function createApp(options: AppOptions): GatewayApp {
       securityHeaders,
       accessLog.middleware,
       gate.context(),
-      // Every path, routes or not: the decision core does not scan the same URL again.
-      refuseQueryCredentials({ keyStore: options.keyStore, onSecurityEvent }),
     ]),
   );
+  // A credential in the query string is refused on every path. On a route of the table and in
+  // the forward-auth door, the gate refuses it as the first decision (counted, traced and logged
+  // as the route's); every other answer runs this check first.
+  const refuseQuery = refuseQueryCredentials({ keyStore: options.keyStore, onSecurityEvent });
 
   // Routes that take a publishable key are called from browsers (Checkout): answer CORS for them,
   // without credentials mode (keys travel in a header, never in cookies).
@@ -297,7 +299,7 @@ export function createApp(options: AppOptions): GatewayApp {
     });
   }
   for (const [path, browser] of browserCors) {
-    entries.push({ method: 'OPTIONS', path, value: browser });
+    entries.push({ method: 'OPTIONS', path, value: series([refuseQuery, browser]) });
   }
   const scanning =
     options.secretScanning === undefined
@@ -310,12 +312,14 @@ export function createApp(options: AppOptions): GatewayApp {
           redisPrefix: options.redisPrefix,
           expectedInstances: options.expectedInstances,
         });
-  if (scanning !== undefined) entries.push(scanning.entry);
+  if (scanning !== undefined) {
+    entries.push({ ...scanning.entry, value: series([refuseQuery, scanning.entry.value]) });
+  }
   entries.push(
-    { method: 'GET', path: '/healthz', value: healthz },
-    { method: 'GET', path: '/readyz', value: readiness.handler },
+    { method: 'GET', path: '/healthz', value: series([refuseQuery, healthz]) },
+    { method: 'GET', path: '/readyz', value: series([refuseQuery, readiness.handler]) },
   );
-  app.use(routeDispatch(entries, ID_PATTERN));
+  app.use(routeDispatch(entries, ID_PATTERN, refuseQuery));
   app.use(notFound());
   app.use(
     checkAnswers

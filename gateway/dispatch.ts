@@ -1,5 +1,5 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { InvalidRequestError } from '../lib/internal';
+import { InvalidRequestError, nameRequestSpan } from '../lib/internal';
 import {
   type ParameterMatcher,
   type RouteLookup,
@@ -46,11 +46,13 @@ interface RoutedHandler {
  * Routes matched as Express's router matched them in the gateway (case-sensitive, an optional
  * trailing slash, parameters percent-decoded before `parameter` is tested). A path with no route
  * goes on to `next()` (the gateway's 404); a path whose route takes other methods gets 405 with
- * `Allow`. `HEAD` runs a `GET` route.
+ * `Allow`. `HEAD` runs a `GET` route. A routed request's span is named by its route, whatever
+ * answers it; `unrouted` runs first for a request no entry takes, before its 404 or 405.
  */
 export function routeDispatch(
   entries: readonly RouteTableEntry<RequestHandler>[],
   parameter: RegExp,
+  unrouted?: RequestHandler,
 ): RequestHandler {
   // Each entry with its route as Express's router sets `req.route`, made once: `protect()` and the
   // proxy read the template from it (the request's span name, `http.route`).
@@ -83,12 +85,25 @@ export function routeDispatch(
       return;
     }
     if (found.kind === 'found') {
-      req.route = found.value.route;
+      const { route } = found.value;
+      req.route = route;
+      if (req.tollgateSpan !== undefined) nameRequestSpan(req.tollgateSpan, req.method, route.path);
       found.value.handler(req, res, next);
-    } else if (found.kind === 'method_not_allowed') refusalFor(found.allowed)(req, res, next);
-    else next();
+      return;
+    }
+    const refuse = found.kind === 'method_not_allowed' ? refusalFor(found.allowed) : passOn;
+    if (unrouted === undefined) refuse(req, res, next);
+    else
+      unrouted(req, res, (error?: unknown) => {
+        if (error === undefined) refuse(req, res, next);
+        else next(error);
+      });
   };
 }
+
+const passOn: RequestHandler = (_req, _res, next) => {
+  next();
+};
 
 /** The methods each path of `routes` takes, in the routes' order: for `Allow` and for CORS. */
 export function methodsByPath(

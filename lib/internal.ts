@@ -25,6 +25,7 @@ export { routeTemplateOf, traceRequest } from './express/request-span';
 export {
   injectTraceContext,
   nameRequestSpan,
+  recordAdmission,
   recordFailure,
   startUpstreamSpan,
   traceIds,

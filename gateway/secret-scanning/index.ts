@@ -4,6 +4,7 @@ import {
   KeyAlreadyRolledError,
   PayloadTooLargeError,
   InvalidRequestError,
+  recordAdmission,
 } from '../../lib/internal';
 import { type Logger, TollgateError } from '../../lib';
 import { type LimiterRedis } from '../../lib/entry/redis';
@@ -201,6 +202,8 @@ export function secretScanning(options: SecretScanningOptions): RequestHandler {
         refuse(req, 'malformed');
         throw new InvalidRequestError(tokens);
       }
+      // A signed, well-formed report is admitted: its span says so, as a decision's would.
+      if (req.tollgateSpan !== undefined) recordAdmission(req.tollgateSpan);
       // GitHub batches: a token found in several places comes once per place, acted on once.
       const answered = new Map<string, TokenAnswer>();
       const answers: TokenAnswer[] = [];

@@ -308,11 +308,18 @@ export interface Gate<Name extends string = string> {
   policy(policy: RoutePolicy<Name>): CompiledPolicy;
   decide(facts: RequestFacts, policy: CompiledPolicy): Promise<Decision>;
   /**
-   * The refusal due before the body is read, when the client's failure budget is spent
-   * (so a correct credential read later is refused like a wrong one), as a decision (observers
-   * see it); `undefined` when `decide()` may run.
+   * The refusal due before the body is read, as a decision (observers see it): a credential in
+   * the query string (reported when it is a known key), or the client's spent failure budget (so
+   * a correct credential read later is refused like a wrong one); `undefined` when `decide()` may
+   * run. `decide()` checks the query too, at no second cost, for a door that does not call this.
    */
   refuseEarly(facts: RequestFacts, policy: CompiledPolicy): Decision | undefined;
+  /**
+   * Step 1 alone, for a request no policy covers (a path with no route): the refusal of a
+   * credential in its query string, reported when it is a known key; `undefined` when there is
+   * none. Not a decision: observers see the answer, not a policy's outcome.
+   */
+  queryRefusal(facts: RequestFacts): TollgateError | undefined;
   /** Where limits are counted now. */
   rateLimitState(): RateLimitState;
   /** Where idempotency keys are kept now; `undefined` without the `idempotency` option. */
@@ -719,8 +726,22 @@ export function buildGate<S extends Scopes>(
     return decision;
   };
 
+  const queryRefusal = (facts: RequestFacts): TollgateError | undefined => {
+    try {
+      refuseCredentialsInQuery(facts, keyStore, onSecurityEvent);
+    } catch (error) {
+      if (isRefusal(error)) return error;
+      throw error;
+    }
+    return undefined;
+  };
+
+  /** Step 1, and the spent budget of step 2: the refusals due before a body is read. */
+  const earlyRefusal = (facts: RequestFacts): TollgateError | undefined =>
+    queryRefusal(facts) ?? authFailures.refusalFor(facts);
+
   const refuseEarly = (facts: RequestFacts, compiled: CompiledPolicy): Decision | undefined => {
-    const error = authFailures.refusalFor(facts);
+    const error = earlyRefusal(facts);
     if (error === undefined) return undefined;
     const decision: Decision = { allowed: false, error, auth: undefined, headers: [] };
     if (facts.tollgateSpan !== undefined) recordDecision(facts.tollgateSpan, compiled.id, decision);
@@ -732,6 +753,7 @@ export function buildGate<S extends Scopes>(
     policy,
     decide,
     refuseEarly,
+    queryRefusal,
     rateLimitState,
     idempotencyState: () => idempotency?.state(),
     usage,

@@ -41,6 +41,8 @@ export interface RequestSpan {
   readonly owned: boolean;
   /** @internal Set once the span has been ended or handed back. */
   ended: boolean;
+  /** @internal Set once the span carries the request's outcome. */
+  decided: boolean;
 }
 
 /** What a door knows of a request when it starts its span. */
@@ -116,7 +118,7 @@ export function startRequestSpan(
   if (existing !== undefined) {
     // An instrumentation of the server made the request's span: the kit's findings go on it.
     if (existing.isRecording()) existing.setAttributes(requestAttributes(request, loggablePath));
-    return { span: existing, context: active, owned: false, ended: false };
+    return { span: existing, context: active, owned: false, ended: false, decided: false };
   }
   // The caller's context (W3C `traceparent`) is the parent; whether to record is the sampler's,
   // told the method only: the rest is worked out for a span that records.
@@ -128,7 +130,13 @@ export function startRequestSpan(
     parent,
   );
   if (span.isRecording()) span.setAttributes(requestAttributes(request, loggablePath));
-  return { span, context: trace.setSpan(parent, span), owned: true, ended: false };
+  return {
+    span,
+    context: trace.setSpan(parent, span),
+    owned: true,
+    ended: false,
+    decided: false,
+  };
 }
 
 /** What the request's span records of the request itself, besides its method. */
@@ -250,6 +258,7 @@ export function recordDecision(
   policy: string,
   decision: DecisionFacts,
 ): void {
+  requestSpan.decided = true;
   const { span } = requestSpan;
   if (!span.isRecording()) return;
   span.setAttribute('tollgate.policy', policy);
@@ -271,6 +280,33 @@ export function recordDecision(
   if (decision.allowed || error === undefined) return;
   span.setAttribute('tollgate.error.code', error.code);
   if (typeof error.scope === 'string') span.setAttribute('tollgate.limit.scope', error.scope);
+}
+
+/**
+ * A refusal made outside the gate's decision (a body that cannot be read, a path with no route,
+ * a method the route does not take, a report that fails its signature check), as the same
+ * `tollgate.*` attributes a refused decision has; a span that already carries its outcome keeps it.
+ */
+export function recordRefusal(
+  requestSpan: RequestSpan,
+  error: { readonly code: string; readonly status: number },
+): void {
+  if (requestSpan.decided || error.status >= 500) return;
+  requestSpan.decided = true;
+  const { span } = requestSpan;
+  if (!span.isRecording()) return;
+  span.setAttribute('tollgate.outcome', 'refused');
+  span.setAttribute('tollgate.error.code', error.code);
+}
+
+/**
+ * Marks a request admitted by a check of its own (a signed report, not a credential) as allowed,
+ * unless the span already carries its outcome.
+ */
+export function recordAdmission(requestSpan: RequestSpan): void {
+  if (requestSpan.decided) return;
+  requestSpan.decided = true;
+  if (requestSpan.span.isRecording()) requestSpan.span.setAttribute('tollgate.outcome', 'allowed');
 }
 
 /**

@@ -19,6 +19,7 @@ import type { Logger } from '../types';
 import { checkOptions, LOGGER, type OptionChecks } from '../options';
 import { ToldOnce, warnMisconfiguration } from './warnings';
 import { answerEnding, noteErrorAnswer } from './idempotency';
+import { recordRefusal } from '../core/tracing';
 
 /**
  * The one place errors become responses:
@@ -59,6 +60,8 @@ export function errorHandler(options: ErrorHandlerOptions = {}): ErrorRequestHan
       res.destroy();
       return;
     }
+    // A refusal made outside the gate's decision still tells the request's span what happened.
+    if (req.tollgateSpan !== undefined) recordRefusal(req.tollgateSpan, tollgateError);
     noteErrorAnswer(res, tollgateError);
     for (const [name, value] of Object.entries(tollgateError.headers)) res.setHeader(name, value);
     res.setHeader('Cache-Control', 'no-store');

@@ -1,6 +1,6 @@
 import type { Request, RequestHandler, Response } from 'express';
 import type { CompiledPolicy, Gate, RoutePolicy } from '../core/gate';
-import { RouteTable } from '../core/route-table';
+import { type RouteLookup, RouteTable } from '../core/route-table';
 import {
   ConfigurationError,
   IdempotencyKeyInUseError,
@@ -21,7 +21,7 @@ import type { HeaderPair } from '../core/limits';
 import type { RequestFacts } from '../core/facts';
 import type { Logger } from '../types';
 import { assignClientIp } from './request-context';
-import { describeOriginalRequest, traceContextHeaders } from '../core/tracing';
+import { describeOriginalRequest, recordRefusal, traceContextHeaders } from '../core/tracing';
 import { traceRequest } from './request-span';
 import { warnMisconfiguration } from './warnings';
 import {
@@ -158,11 +158,12 @@ export function forwardAuthDoor(
       return;
     }
     if (!trusted(req)) {
-      next(new NotFoundError());
+      next(gate.queryRefusal(req) ?? new NotFoundError());
       return;
     }
     const requestSpan = traceRequest(req, res, loggablePath);
     const refuse = (error: TollgateError, headers: readonly HeaderPair[] = []): void => {
+      if (requestSpan !== undefined) recordRefusal(requestSpan, error);
       send(res, refusalAnswer(dialect, error, headers, req.requestId));
     };
     const noAddress = req.clientIp === undefined ? assignClientIp(req) : undefined;
@@ -189,23 +190,6 @@ export function forwardAuthDoor(
         loggablePath,
       );
     }
-    if (lookup.kind === 'not_found') {
-      refuse(new NotFoundError());
-      return;
-    }
-    if (lookup.kind === 'method_not_allowed') {
-      refuse(new MethodNotAllowedError(lookup.allowed));
-      return;
-    }
-    const route = lookup.value;
-    if (route.kind === 'token-exchange') {
-      refuse(
-        new InvalidRequestError(
-          'The token exchange reads its body: route it to the gateway itself, not through forward authentication',
-        ),
-      );
-      return;
-    }
     const facts: RequestFacts = {
       method: original.method,
       path: original.path,
@@ -215,6 +199,12 @@ export function forwardAuthDoor(
       requestId: req.requestId,
       tollgateSpan: requestSpan,
     };
+    if (lookup.kind !== 'found' || lookup.value.kind !== 'policy') {
+      // No policy covers the request; a credential in its query string is still refused first.
+      refuse(gate.queryRefusal(facts) ?? unrouted(lookup));
+      return;
+    }
+    const route = lookup.value;
     const early = gate.refuseEarly(facts, route.policy);
     if (early !== undefined && !early.allowed) {
       refuse(early.error, early.headers);
@@ -250,6 +240,15 @@ export function forwardAuthDoor(
       },
     );
   };
+}
+
+/** The refusal of a request no policy covers: no route, another method, or the token exchange. */
+function unrouted(lookup: RouteLookup<Route>): TollgateError {
+  if (lookup.kind === 'not_found') return new NotFoundError();
+  if (lookup.kind === 'method_not_allowed') return new MethodNotAllowedError(lookup.allowed);
+  return new InvalidRequestError(
+    'The token exchange reads its body: route it to the gateway itself, not through forward authentication',
+  );
 }
 
 function answeredElsewhere(): IdempotencyKeyInUseError {

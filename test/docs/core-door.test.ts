@@ -123,4 +123,15 @@ describe("docs/core.md's door on node:http", () => {
     expect(answer.status).toBe(404);
     expect(answer.body?.code).toBe('not_found');
   });
+
+  it('refuses a credential in the query string, on a route or not', async () => {
+    for (const path of [`/orders?api_key=${keys.level2.secretKey}`, '/payments?token=x']) {
+      const answer = await httpRequest({ port, path });
+      expect({ path, status: answer.status, code: answer.body?.code }).toEqual({
+        path,
+        status: 400,
+        code: 'invalid_request',
+      });
+    }
+  });
 });

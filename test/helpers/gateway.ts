@@ -41,6 +41,8 @@ export interface TestGatewayOptions {
   idempotency?: AppOptions['idempotency'];
   /** Whether `/healthz` and `/readyz` are traced (not by default, as in the gateway). */
   traceProbes?: boolean;
+  /** The secret-scanning endpoint, and the key store it looks reported tokens up in and writes to. */
+  secretScanning?: AppOptions['secretScanning'];
   /**
    * Where the gateway forwards to, instead of its own recording upstream (which is still started,
    * and receives nothing): an upstream shared by two gateways, or a closed port.
@@ -104,6 +106,7 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
     shadow: options.shadow,
     idempotency: options.idempotency,
     traceProbes: options.traceProbes,
+    secretScanning: options.secretScanning,
   });
   const host = options.host ?? '127.0.0.1';
   // The server `npm start` runs (Host optional, JSON parser errors), on an ephemeral port.

@@ -128,6 +128,47 @@ function documentedAlerts(): AlertSummary[] {
   }));
 }
 
+/** The metric names each alert's expression reads, by alert. */
+function metricsByAlert(): Map<string, Set<string>> {
+  return new Map(
+    RULES.split(/^ {6}- alert: /m)
+      .slice(1)
+      .map((rule) => {
+        const expr = /^ {8}expr: ([\s\S]*?)^ {8}(?:for|labels):/m.exec(rule)?.[1] ?? '';
+        const names = [...expr.matchAll(/\b((?:tollgate|nodejs|process)_[a-z0-9_]+)/g)].map(
+          (match) => (match[1] ?? '').replace(/_(bucket|sum|count)$/, ''),
+        );
+        return [/^\S+/.exec(rule)?.[0] ?? '', new Set(names)] as const;
+      }),
+  );
+}
+
+interface RuleTestGroup {
+  /** The metric names of the input series missing at first (`_`) and present later. */
+  readonly appearing: Set<string>;
+  /** The alerts some evaluation of the group expects to fire. */
+  readonly firing: Set<string>;
+}
+
+/** The groups of the promtool tests, each with what appears mid-test and what fires. */
+function ruleTestGroups(): RuleTestGroup[] {
+  return RULE_TESTS.split(/^ {2}- interval: /m)
+    .slice(1)
+    .map((group) => {
+      const appearing = new Set(
+        [...group.matchAll(/- series: '([a-zA-Z_:][a-zA-Z0-9_:]*)[^']*'\n\s+values: '([^']+)'/g)]
+          .filter((match) => /^_/.test(match[2] ?? '') && /[0-9]/.test(match[2] ?? ''))
+          .map((match) => (match[1] ?? '').replace(/_(bucket|sum|count)$/, '')),
+      );
+      const firing = new Set(
+        [...group.matchAll(/alertname: (\w+)\n\s+exp_alerts:\n\s+- exp_labels:/g)].map(
+          (match) => match[1] ?? '',
+        ),
+      );
+      return { appearing, firing };
+    });
+}
+
 describe('the Prometheus alert rules', () => {
   let gateway: TestGateway;
   let series: Series[];
@@ -241,6 +282,20 @@ describe('the Prometheus alert rules', () => {
       return false;
     });
     expect(misshapen.map(({ text }) => text)).toEqual([]);
+  });
+
+  it('fire, each, in a promtool case where a series it reads first appears mid-test', () => {
+    const groups = ruleTestGroups();
+    const silent = [...metricsByAlert()]
+      .filter(
+        ([alert, metrics]) =>
+          !groups.some(
+            (group) =>
+              group.firing.has(alert) && [...group.appearing].some((name) => metrics.has(name)),
+          ),
+      )
+      .map(([alert]) => alert);
+    expect(silent).toEqual([]);
   });
 
   it('are the alerts of the table in docs/operating.md, with the same severity and for', () => {

@@ -1,4 +1,8 @@
+import { createHash, generateKeyPairSync, sign } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { context, SpanKind, trace } from '@opentelemetry/api';
 import type { ReadableSpan } from '@opentelemetry/sdk-trace';
@@ -218,6 +222,271 @@ describe('tracing through the gateway (protect() and the proxy)', () => {
     await new Promise((resolve) => setTimeout(resolve, 100));
     expect(tracing.spans().filter((span) => span.kind === SpanKind.SERVER)).toHaveLength(1);
     gateway.upstream.reset();
+  });
+});
+
+/** The count of `tollgate_decisions_total` for `route` and `code`, as the admin listener serves it. */
+async function decisionCount(gateway: TestGateway, route: string, code: string): Promise<number> {
+  const text = await gateway.app.metrics.text();
+  const line = text
+    .split('\n')
+    .find(
+      (each) =>
+        each.startsWith('tollgate_decisions_total{') &&
+        each.includes(`route="${route}"`) &&
+        each.includes(`code="${code}"`),
+    );
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+describe('refusals made outside the gate decision', () => {
+  let tracing: TestTracing;
+  let gateway: TestGateway;
+
+  beforeAll(async () => {
+    tracing = installTestTracing();
+    gateway = await startTestGateway({ trustProxy: ['127.0.0.1'] });
+  });
+
+  afterAll(async () => {
+    await gateway.close();
+    await tracing.uninstall();
+  });
+
+  it('name a credential in the query string by its route, with the outcome and the code, and count it', async () => {
+    const key = gateway.fixtures.keys.level2;
+    const before = await decisionCount(gateway, '/api/v1/wallets/', 'invalid_request');
+    const traceId = randomTraceId();
+    const result = await gateway.send({
+      path: `/api/v1/wallets/?api_key=${key.secretKey}`,
+      headers: { traceparent: traceparent(traceId, CALLER_SPAN, true) },
+    });
+    expect(result.status).toBe(400);
+    expect(result.body?.code).toBe('invalid_request');
+    const server = serverSpan(await traceOf(tracing, traceId, 1));
+    expect(server.name).toBe('GET /api/v1/wallets/');
+    expect(server.attributes).toMatchObject({
+      'http.route': '/api/v1/wallets/',
+      'http.response.status_code': 400,
+      'tollgate.policy': '/api/v1/wallets/',
+      'tollgate.outcome': 'refused',
+      'tollgate.error.code': 'invalid_request',
+    });
+    expect(await decisionCount(gateway, '/api/v1/wallets/', 'invalid_request')).toBe(before + 1);
+    // The key sent where it leaks is reported, and appears in no span.
+    expect(
+      gateway.logs
+        .entries()
+        .some((entry) => entry.event === 'security.leaked_secret_key' && entry.key_id === key.id),
+    ).toBe(true);
+    expectNoCredential(tracing.spans(), [key.secretKey]);
+  });
+
+  it('refuse a credential in the query string before a body is read, on a route that reads one', async () => {
+    const key = gateway.fixtures.keys.level2;
+    const traceId = randomTraceId();
+    const result = await gateway.send({
+      method: 'POST',
+      path: `/api/v1/payouts/?access_token=${key.secretKey}`,
+      headers: {
+        'content-type': 'application/json',
+        traceparent: traceparent(traceId, CALLER_SPAN, true),
+      },
+      body: '{"amount": 10', // never read: an unreadable body would be another 400
+    });
+    expect(result.status).toBe(400);
+    expect(result.body?.message).toMatch(/query string/);
+    const server = serverSpan(await traceOf(tracing, traceId, 1));
+    expect(server.attributes).toMatchObject({
+      'http.route': '/api/v1/payouts/',
+      'tollgate.error.code': 'invalid_request',
+    });
+  });
+
+  it('carry the code of an answer no route gives, and of a body that cannot be read', async () => {
+    const cases = [
+      { method: 'GET', path: '/api/v1/nowhere/', status: 404, code: 'not_found', route: undefined },
+      {
+        method: 'DELETE',
+        path: '/api/v1/wallets/',
+        status: 405,
+        code: 'method_not_allowed',
+        route: undefined,
+      },
+      {
+        method: 'GET',
+        path: `/api/v1/nowhere/?api_key=${gateway.fixtures.keys.level1.secretKey}`,
+        status: 400,
+        code: 'invalid_request',
+        route: undefined,
+      },
+      {
+        method: 'POST',
+        path: '/api/v1/payouts/',
+        status: 400,
+        code: 'invalid_request',
+        route: '/api/v1/payouts/',
+        body: '{"amount": 10',
+      },
+    ];
+    for (const each of cases) {
+      const traceId = randomTraceId();
+      const result = await gateway.send({
+        method: each.method,
+        path: each.path,
+        headers: {
+          ...bearer(gateway.fixtures.keys.level2.secretKey),
+          'content-type': 'application/json',
+          traceparent: traceparent(traceId, CALLER_SPAN, true),
+        },
+        ...(each.body === undefined ? {} : { body: each.body }),
+      });
+      expect({ path: each.path, status: result.status }).toEqual({
+        path: each.path,
+        status: each.status,
+      });
+      const server = serverSpan(await traceOf(tracing, traceId, 1));
+      expect(server.attributes['tollgate.outcome']).toBe('refused');
+      expect(server.attributes['tollgate.error.code']).toBe(each.code);
+      expect(server.attributes['http.route']).toBe(each.route);
+    }
+  });
+
+  it('carry the code of a forward-auth refusal that no route decides', async () => {
+    for (const [target, status, code] of [
+      ['/api/v1/nowhere/', 404, 'not_found'],
+      [
+        `/api/v1/nowhere/?client_secret=${gateway.fixtures.keys.level1.secretKey}`,
+        400,
+        'invalid_request',
+      ],
+      [
+        `/api/v1/wallets/?client_secret=${gateway.fixtures.keys.level1.secretKey}`,
+        400,
+        'invalid_request',
+      ],
+    ] as const) {
+      const traceId = randomTraceId();
+      const answer = await askAs('traefik', gateway, {
+        method: 'GET',
+        target,
+        clientIp: '198.51.100.7',
+        headers: { traceparent: traceparent(traceId, CALLER_SPAN, true) },
+      });
+      expect({ target, status: answer.status }).toEqual({ target, status });
+      const server = serverSpan(await traceOf(tracing, traceId, 1));
+      expect(server.attributes).toMatchObject({
+        'tollgate.outcome': 'refused',
+        'tollgate.error.code': code,
+      });
+    }
+    expectNoCredential(tracing.spans(), allSecrets(gateway.fixtures));
+  });
+});
+
+describe('tracing the secret-scanning endpoint', () => {
+  const PATH = '/github/secret-scanning';
+  const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
+  const identifier = createHash('sha256')
+    .update(publicKey.export({ type: 'spki', format: 'der' }))
+    .digest('hex');
+  let directory: string;
+  let tracing: TestTracing;
+  let gateway: TestGateway;
+
+  beforeAll(async () => {
+    directory = mkdtempSync(path.join(os.tmpdir(), 'tollgate-scanning-trace-'));
+    const keysFile = path.join(directory, 'github-keys.json');
+    writeFileSync(
+      keysFile,
+      JSON.stringify({
+        public_keys: [
+          {
+            key_identifier: identifier,
+            key: publicKey.export({ type: 'spki', format: 'pem' }).toString(),
+            is_current: true,
+          },
+        ],
+      }),
+    );
+    tracing = installTestTracing();
+    const fixtures = createFixtures();
+    const refuseWrites = (): Promise<never> =>
+      Promise.reject(new Error('a report of an unknown token changes no key'));
+    gateway = await startTestGateway({
+      fixtures,
+      secretScanning: {
+        config: {
+          path: PATH,
+          keysUrl: undefined,
+          keysFile,
+          action: 'revoke',
+          graceSeconds: 0,
+          limit: 100,
+        },
+        // The fixtures' key ring answers the lookups; these reports name no key, so nothing is written.
+        writer: {
+          peekBySecretKey: (secretKey) => fixtures.ring.findBySecretKey(secretKey),
+          findByPublishableKey: (publishableKey) =>
+            fixtures.ring.findByPublishableKey(publishableKey),
+          revoke: refuseWrites,
+          roll: refuseWrites,
+        },
+      },
+    });
+  });
+
+  afterAll(async () => {
+    await gateway.close();
+    await tracing.uninstall();
+    rmSync(directory, { recursive: true, force: true });
+  });
+
+  const post = async (body: Buffer, signature: string) => {
+    const traceId = randomTraceId();
+    const result = await gateway.send({
+      method: 'POST',
+      path: PATH,
+      body,
+      headers: {
+        'content-type': 'application/json',
+        'github-public-key-identifier': identifier,
+        'github-public-key-signature': signature,
+        traceparent: traceparent(traceId, CALLER_SPAN, true),
+      },
+    });
+    return { result, server: serverSpan(await traceOf(tracing, traceId, 1)) };
+  };
+
+  it('names a report by its route, allowed once its signature is verified', async () => {
+    const body = Buffer.from(
+      JSON.stringify([
+        { token: 'sk_live_not_a_key_of_ours_0123456789', type: 'tollgate_secret_key' },
+      ]),
+    );
+    const signature = sign('sha256', body, { key: privateKey, dsaEncoding: 'der' }).toString(
+      'base64',
+    );
+    const { result, server } = await post(body, signature);
+    expect(result.status).toBe(200);
+    expect(server.name).toBe(`POST ${PATH}`);
+    expect(server.attributes).toMatchObject({
+      'http.route': PATH,
+      'tollgate.outcome': 'allowed',
+    });
+    expect(server.attributes['tollgate.error.code']).toBeUndefined();
+  });
+
+  it('names a report whose signature fails by its route, refused with its code', async () => {
+    const body = Buffer.from('[]');
+    const { result, server } = await post(body, Buffer.from('not a signature').toString('base64'));
+    expect(result.status).toBe(401);
+    expect(server.name).toBe(`POST ${PATH}`);
+    expect(server.attributes).toMatchObject({
+      'http.route': PATH,
+      'tollgate.outcome': 'refused',
+      'tollgate.error.code': 'invalid_credentials',
+    });
   });
 });
 

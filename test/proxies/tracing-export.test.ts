@@ -224,6 +224,60 @@ describeWithProxy('nginx')('the built gateway exporting its traces over OTLP/HTT
     }
   });
 
+  it("exports none of the operators' probes, and a refusal of a credential in the query string with its route, outcome and code", async () => {
+    const adminPort = await freePort();
+    const { gateway, port } = await startGateway({
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      TOLLGATE_ADMIN_PORT: String(adminPort),
+    });
+    const before = receiver.spans().length;
+    try {
+      await gateway.waitForEntry((entry) => entry.event === 'admin.started');
+      // A Prometheus and a load balancer at work: 20 calls to each probe.
+      for (let round = 0; round < 20; round += 1) {
+        expect((await httpRequest({ port, path: '/healthz' })).status).toBe(200);
+        expect((await httpRequest({ port, path: '/readyz' })).status).toBeLessThan(600);
+        expect((await httpRequest({ port: adminPort, path: '/readyz' })).status).toBeLessThan(600);
+        expect((await httpRequest({ port: adminPort, path: '/metrics' })).status).toBe(200);
+      }
+      const key = fixtures.keys.level2;
+      const refused = { trace: randomId(16), span: randomId(8) };
+      const answer = await httpRequest({
+        port,
+        path: `/api/v1/wallets/?api_key=${key.secretKey}`,
+        headers: { traceparent: traceparent(refused.trace, refused.span, true) },
+      });
+      expect(answer.status).toBe(400);
+      const metrics = await httpRequest({ port: adminPort, path: '/metrics' });
+      expect(metrics.text).toMatch(
+        /^tollgate_decisions_total\{route="\/api\/v1\/wallets\/",outcome="refused",code="invalid_request",rate_limits="memory"\} 1$/m,
+      );
+
+      // Stopping flushes the spans still buffered.
+      gateway.kill('SIGTERM');
+      expect((await gateway.exited).code).toBe(0);
+      const spans = receiver.spans().slice(before);
+      const probes = spans.filter((span) =>
+        ['/healthz', '/readyz', '/metrics'].includes(String(attribute(span, 'url.path'))),
+      );
+      expect(probes).toEqual([]);
+      expect(spans.filter((span) => span.kind === SERVER)).toHaveLength(1);
+      const server = spans.find((span) => span.traceId === refused.trace && span.kind === SERVER);
+      expect(server?.name).toBe('GET /api/v1/wallets/');
+      expect(server?.parentSpanId).toBe(refused.span);
+      expect(attribute(server!, 'http.route')).toBe('/api/v1/wallets/');
+      expect(attribute(server!, 'http.response.status_code')).toBe(400);
+      expect(attribute(server!, 'tollgate.outcome')).toBe('refused');
+      expect(attribute(server!, 'tollgate.error.code')).toBe('invalid_request');
+      const body = receiver.bodies.join('\n');
+      for (const secret of allSecrets(fixtures)) expect(body).not.toContain(secret);
+      expect(body).not.toContain('api_key');
+    } finally {
+      await gateway.stop();
+    }
+  });
+
   it('exports nothing and sends no trace context of its own with no endpoint set', async () => {
     const before = receiver.bodies.length;
     const { gateway, port } = await startGateway({ OTEL_SERVICE_NAME: 'tollgate-untraced' });
