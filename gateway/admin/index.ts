@@ -129,7 +129,7 @@ export function createAdminApp(options: AdminAppOptions): AdminApp {
 
   const router = express.Router({ caseSensitive: true, strict: false });
   if (options.readiness !== undefined) {
-    router.get('/readyz', options.readiness.handler);
+    router.get('/readyz', ...checked('GET', '/readyz'), options.readiness.handler);
     router.all('/readyz', methodNotAllowed(['GET']));
   }
   const { metrics } = options;

@@ -36,15 +36,25 @@ export function operationAnswers(method: string, template: string): ExpectedAnsw
   };
 }
 
-const ERROR_RESPONSE = '#/components/responses/Error';
+/** Where no operation is known (the error handlers), an answer must be the error body. */
+const ERROR_BODY = '#/components/schemas/ErrorBody';
+/** There, a `405` must be the answer every listener gives a method its path does not take. */
+const METHOD_NOT_ALLOWED = '#/components/responses/MethodNotAllowed';
 const CHECKED = Symbol('tollgate.answerChecked');
 
 type Answer = Response & { [CHECKED]?: true };
 type End = (chunk?: unknown, encoding?: unknown, callback?: unknown) => Response;
 
+/** The parts of a response object the checks read. */
+interface ResponseObject {
+  readonly content?: Readonly<Record<string, unknown>>;
+  readonly headers?: Readonly<Record<string, { readonly required?: boolean }>>;
+}
+
 /**
  * Checks the answer `res` is about to send against `expected`; the first check installed on a
  * response is the one that runs (a route's own check is more precise than the error handler's).
+ * A `HEAD` answer carries no body: its status and headers are checked, as its `GET`'s would be.
  */
 export function checkAnswer(
   description: ApiDescription,
@@ -54,14 +64,14 @@ export function checkAnswer(
   expected: ExpectedAnswers,
 ): void {
   const answer = res as Answer;
-  // HEAD answers carry no body to compare.
-  if (answer[CHECKED] === true || req.method === 'HEAD') return;
+  if (answer[CHECKED] === true) return;
   answer[CHECKED] = true;
+  const withBody = req.method !== 'HEAD';
   const originalEnd = res.end.bind(res) as End;
   const end: End = (chunk, encoding, callback) => {
     res.end = originalEnd as Response['end'];
     if (res.headersSent) return originalEnd(chunk, encoding, callback);
-    const fault = mismatch(description, expected.responses, res, chunk);
+    const fault = mismatch(description, expected.responses, res, chunk, withBody);
     if (fault === undefined) return originalEnd(chunk, encoding, callback);
     logger.error(
       {
@@ -82,18 +92,38 @@ export function checkAnswer(
   res.end = end as Response['end'];
 }
 
-/** What about the answer does not match the description, or `undefined` when it does. */
+/**
+ * What about the answer does not match the description, or `undefined` when it does: its status
+ * must be declared (the description has no `default` to stand in for one), every header the
+ * description requires must be sent and every header it declares must match its schema, and the
+ * body must match, unless `withBody` is false (a `HEAD` answer, whose body is never sent).
+ */
 function mismatch(
   description: ApiDescription,
   responses: string | undefined,
   res: Response,
   chunk: unknown,
+  withBody: boolean,
 ): string | undefined {
   const status = res.statusCode;
-  const pointer =
-    responses === undefined ? ERROR_RESPONSE : responsePointer(description, responses, status);
-  if (pointer === undefined) return `status ${status} is not described`;
-  const response = description.at(pointer, true) as { content?: Record<string, unknown> };
+  let pointer: string | undefined;
+  let schema: string;
+  if (responses === undefined) {
+    if (status < 400) return `status ${status} where an error is due`;
+    pointer = status === 405 ? METHOD_NOT_ALLOWED : undefined;
+    schema = ERROR_BODY;
+  } else {
+    pointer = responsePointer(description, responses, status);
+    if (pointer === undefined) return `status ${status} is not described`;
+    schema = `${pointer}/content/application~1json/schema`;
+  }
+  const response: ResponseObject =
+    pointer === undefined
+      ? { content: { 'application/json': {} } }
+      : (description.at(pointer, true) as ResponseObject);
+  const headerFault = headersMismatch(description, pointer, response, res);
+  if (headerFault !== undefined) return headerFault;
+  if (!withBody) return undefined;
   const text = bodyText(chunk);
   if (response.content === undefined) {
     return text === '' ? undefined : 'a body where the description has none';
@@ -111,8 +141,29 @@ function mismatch(
   } catch {
     return 'a body that is not JSON';
   }
-  const validate = description.validator(`${pointer}/content/application~1json/schema`);
+  const validate = description.validator(schema);
   return validate(body) ? undefined : describeErrors(validate.errors);
+}
+
+/** The declared headers: each required one sent, each one sent matching its schema. */
+function headersMismatch(
+  description: ApiDescription,
+  pointer: string | undefined,
+  response: ResponseObject,
+  res: Response,
+): string | undefined {
+  if (pointer === undefined) return undefined;
+  for (const [name, header] of Object.entries(response.headers ?? {})) {
+    const sent = res.getHeader(name);
+    if (sent === undefined) {
+      if (header.required === true) return `no ${name} header where the description requires one`;
+      continue;
+    }
+    const value = Array.isArray(sent) ? sent.join(', ') : String(sent);
+    const validate = description.validator(`${pointer}/headers/${pointerSegment(name)}/schema`);
+    if (!validate(value)) return `header ${name}: ${describeErrors(validate.errors)}`;
+  }
+  return undefined;
 }
 
 /** The response object for `status`: its own, else its class (`4XX`), else `default`. */
@@ -151,7 +202,10 @@ export function answerCheck(
   };
 }
 
-/** An error handler whose answers must be the error body. */
+/**
+ * An error handler whose answers must be the error body; a `405` must also be the `MethodNotAllowed`
+ * answer, its `Allow` header included.
+ */
 export function checkedErrorHandler(
   handler: ErrorRequestHandler,
   description: ApiDescription,
@@ -166,20 +220,42 @@ export function checkedErrorHandler(
   };
 }
 
+/** The methods an OpenAPI path item can describe: the ext-authz door is described for each. */
+const DESCRIBED_METHODS: ReadonlySet<string> = new Set([
+  'GET',
+  'HEAD',
+  'POST',
+  'PUT',
+  'PATCH',
+  'DELETE',
+  'OPTIONS',
+  'TRACE',
+]);
+
 /**
  * The forward-auth door's check, mounted where the door is (`/authz`): each of its three paths
- * answers as its operation says; any other path is left to the routes after it.
+ * answers as its operation says; any other path is left to the routes after it. Envoy asks the
+ * ext-authz path with the original method, so its operation is the one of the request's method;
+ * a method OpenAPI cannot name (`PROPFIND`) has no operation, and its answer must be the error
+ * body. The two other paths are described for `GET`, the method their proxies ask with.
  */
 export function forwardAuthAnswerCheck(
   description: ApiDescription,
   logger: Logger,
   mountPath: string,
 ): RequestHandler {
+  const extAuthz = `${mountPath}/ext-authz/{original_path}`;
   const operations = {
     forwardAuth: operationAnswers('get', `${mountPath}/forward-auth`),
     authRequest: operationAnswers('get', `${mountPath}/auth-request`),
-    extAuthz: operationAnswers('get', `${mountPath}/ext-authz/{original_path}`),
+    extAuthz: new Map(
+      [...DESCRIBED_METHODS].map((method) => [method, operationAnswers(method, extAuthz)]),
+    ),
   };
+  const extAuthzUndescribed = (method: string): ExpectedAnswers => ({
+    route: `${method} ${extAuthz}`,
+    responses: undefined,
+  });
   return function forwardAuthAnswerCheckMiddleware(req, res, next) {
     const expected =
       req.path === '/forward-auth'
@@ -187,7 +263,7 @@ export function forwardAuthAnswerCheck(
         : req.path === '/auth-request'
           ? operations.authRequest
           : req.path === '/ext-authz' || req.path.startsWith('/ext-authz/')
-            ? operations.extAuthz
+            ? (operations.extAuthz.get(req.method) ?? extAuthzUndescribed(req.method))
             : undefined;
     if (expected !== undefined) checkAnswer(description, logger, req, res, expected);
     next();

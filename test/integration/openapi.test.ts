@@ -161,6 +161,7 @@ describe('answer checks', () => {
     const app = express();
     app.use('/authz', forwardAuthAnswerCheck(description, logger, '/authz'));
     app.get('/authz/forward-auth', (req, res) => {
+      res.setHeader('Cache-Control', 'no-store');
       res.status(200).end(req.query.body === undefined ? '' : 'allowed');
     });
     expect((await request(app).get('/authz/forward-auth')).status).toBe(200);

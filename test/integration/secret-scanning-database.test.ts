@@ -9,6 +9,7 @@ import { GATEWAY_LIMIT_SCOPES } from '../../gateway/keys-cli/limit-scopes';
 import { generateKey } from '../../lib/model/key-format';
 import { migrate } from '../../lib/keys/pg-schema';
 import { expectErrorBody } from '../helpers/error-body';
+import { expectDescribed } from '../helpers/openapi-answer';
 import { TOKEN_SECRET } from '../helpers/fixtures';
 import { captureLogs, type CapturedLogs, findLeaks } from '../helpers/logs';
 import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
@@ -117,12 +118,17 @@ describeWithPostgres('the secret-scanning endpoint on the database key store, tw
       method: 'POST',
       headers: { 'content-type': 'application/json', ...headers },
       body: new Uint8Array(body),
-    }).then(async (response) => ({
-      status: response.status,
-      headers: Object.fromEntries(response.headers),
-      text: await response.text(),
-      body: undefined,
-    }));
+    }).then(async (response) => {
+      const answer = {
+        status: response.status,
+        headers: Object.fromEntries(response.headers),
+        text: await response.text(),
+        body: undefined,
+      };
+      // Every answer of the endpoint, whatever the test, is the one the API description gives.
+      expectDescribed('POST', PATH, answer);
+      return answer;
+    });
   const signed = (body: Buffer, signer = github, gateway = first): Promise<HttpResult> =>
     post(
       body,
