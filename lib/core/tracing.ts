@@ -10,6 +10,7 @@ import {
   SpanStatusCode,
   type TextMapGetter,
   trace,
+  TraceFlags,
   type Tracer,
   type TracerProvider,
 } from '@opentelemetry/api';
@@ -308,15 +309,29 @@ export function recordAdmission(requestSpan: RequestSpan): void {
   if (requestSpan.span.isRecording()) requestSpan.span.setAttribute('tollgate.outcome', 'allowed');
 }
 
-/** An internal child span of the request's span. */
+/**
+ * An internal child span of the request's span; `undefined` while tracing is off, and for a
+ * request that is not sampled.
+ */
 export function startChildSpan(
   requestSpan: RequestSpan,
   name: string,
   attributes?: Attributes,
 ): Span | undefined {
+  if (unsampled(requestSpan)) return undefined;
   const tracer = kitTracer();
   if (tracer === undefined) return undefined;
   return tracer.startSpan(name, { kind: SpanKind.INTERNAL, attributes }, requestSpan.context);
+}
+
+/**
+ * Whether the request's span is neither recorded nor sampled: then none of its children would be
+ * either (a parent-based sampler follows a local parent, and a ratio sampler decides by the trace
+ * id, which the children share), so none is made: the request costs its own span only.
+ */
+function unsampled(requestSpan: RequestSpan): boolean {
+  const { span } = requestSpan;
+  return (span.spanContext().traceFlags & TraceFlags.SAMPLED) === 0 && !span.isRecording();
 }
 
 /**
@@ -360,7 +375,11 @@ export function recordFailure(span: Span, error: unknown): void {
   span.setStatus({ code: SpanStatusCode.ERROR });
 }
 
-/** A CLIENT span for the request's call to its upstream, with the stable HTTP client attributes. */
+/**
+ * A CLIENT span for the request's call to its upstream, with the stable HTTP client attributes;
+ * for a request that is not sampled, a span that records nothing and carries the request's own
+ * context, for `injectTraceContext`.
+ */
 export function startUpstreamSpan(
   requestSpan: RequestSpan,
   call: {
@@ -371,6 +390,9 @@ export function startUpstreamSpan(
     readonly path: string;
   },
 ): Span | undefined {
+  // Not sampled: the upstream is told the request's own context (its trace, not sampled), which
+  // is what a child that records nothing would tell it, without making one.
+  if (unsampled(requestSpan)) return trace.wrapSpanContext(requestSpan.span.spanContext());
   const tracer = kitTracer();
   if (tracer === undefined) return undefined;
   const span = tracer.startSpan(
@@ -405,7 +427,10 @@ export function injectTraceContext(
   // Deleted only when there: a `delete` turns the object into a slow dictionary for undici to walk.
   if (headers.traceparent !== undefined) delete headers.traceparent;
   if (headers.tracestate !== undefined) delete headers.tracestate;
-  propagation.inject(trace.setSpan(parent, span), headers);
+  // A span standing for the request's own context (not sampled) is already the parent's.
+  const context =
+    trace.getSpanContext(parent) === span.spanContext() ? parent : trace.setSpan(parent, span);
+  propagation.inject(context, headers);
 }
 
 /** The W3C trace context of the request's span, as headers for an answer to a proxy. */

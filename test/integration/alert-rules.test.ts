@@ -157,7 +157,7 @@ function ruleTestGroups(): RuleTestGroup[] {
     .map((group) => {
       const appearing = new Set(
         [...group.matchAll(/- series: '([a-zA-Z_:][a-zA-Z0-9_:]*)[^']*'\n\s+values: '([^']+)'/g)]
-          .filter((match) => /^_/.test(match[2] ?? '') && /[0-9]/.test(match[2] ?? ''))
+          .filter((match) => (match[2] ?? '').startsWith('_') && /[0-9]/.test(match[2] ?? ''))
           .map((match) => (match[1] ?? '').replace(/_(bucket|sum|count)$/, '')),
       );
       const firing = new Set(
