@@ -21,6 +21,7 @@ import {
   type TestTracing,
   traceparent,
 } from '../helpers/tracing';
+import { samples, valueOf } from '../helpers/metrics';
 
 /**
  * OpenTelemetry tracing of each door with the spans kept in memory: the request's server span
@@ -225,18 +226,15 @@ describe('tracing through the gateway (protect() and the proxy)', () => {
   });
 });
 
-/** The count of `tollgate_decisions_total` for `route` and `code`, as the admin listener serves it. */
+/** The refusals of `route` with `code` in `tollgate_decisions_total`, as /metrics serves them. */
 async function decisionCount(gateway: TestGateway, route: string, code: string): Promise<number> {
-  const text = await gateway.app.metrics.text();
-  const line = text
-    .split('\n')
-    .find(
-      (each) =>
-        each.startsWith('tollgate_decisions_total{') &&
-        each.includes(`route="${route}"`) &&
-        each.includes(`code="${code}"`),
-    );
-  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+  const counted = valueOf(samples(await gateway.app.metrics.text()), 'tollgate_decisions_total', {
+    route,
+    outcome: 'refused',
+    code,
+    rate_limits: 'memory',
+  });
+  return counted ?? 0;
 }
 
 describe('refusals made outside the gate decision', () => {
