@@ -11,6 +11,7 @@ import {
   injectTraceContext,
   nameRequestSpan,
   recordDecision,
+  type RequestSpan,
   startChildSpan,
   startRequestSpan,
   startUpstreamSpan,
@@ -19,9 +20,10 @@ import {
 
 /**
  * `node dist/bench/trace-cost.js`: where the CPU time of tracing a request goes, in one process,
- * without HTTP servers: the spans of one gateway request (the request's `SERVER` span, the key
- * lookup, the admission, the upstream `CLIENT` span and its `traceparent`) made through the kit's
- * own functions, in turns of TRACE_COST_BATCH (32) requests per event-loop turn so that the batch
+ * without HTTP servers: the spans of one gateway request (the request's `SERVER` span, the
+ * upstream `CLIENT` span and its `traceparent`; with TRACE_COST_STEPS=1 the key lookup's and the
+ * admission's as well, as `TOLLGATE_TRACE_STEPS=true` makes them) made through the kit's own
+ * functions, in turns of TRACE_COST_BATCH (32) requests per event-loop turn so that the batch
  * processor's timers and exports run between them as they do in the gateway. Each setup is
  * measured TRACE_COST_ROUNDS (5) times for TRACE_COST_SECONDS (1) of wall time, the setups
  * interleaved, and the median CPU time per request (the process's, user and system, export work
@@ -44,6 +46,8 @@ const SECONDS = Number(process.env.TRACE_COST_SECONDS ?? 1);
 const SINK_PORT = Number(process.env.TRACE_COST_SINK_PORT ?? 42329);
 /** TRACE_COST_ONLY: the setups whose name holds this text (all by default), e.g. to profile one. */
 const ONLY = process.env.TRACE_COST_ONLY ?? '';
+/** TRACE_COST_STEPS=1: the key lookup and the admission make spans of their own. */
+const STEPS = process.env.TRACE_COST_STEPS === '1';
 
 const HEADERS = {
   host: '127.0.0.1:8080',
@@ -62,6 +66,25 @@ function oneRequest(): void {
   );
   if (requestSpan === undefined) return;
   nameRequestSpan(requestSpan, 'GET', '/api/v1/wallets/');
+  if (STEPS) stepSpans(requestSpan);
+  recordDecision(requestSpan, 'wallets', { allowed: true, auth: AUTH });
+  const upstream = startUpstreamSpan(requestSpan, {
+    method: 'GET',
+    routeTemplate: '/api/v1/wallets/',
+    url: UPSTREAM,
+    path: '/api/v1/wallets/',
+  });
+  if (upstream !== undefined) {
+    const headers: Record<string, string> = { accept: 'application/json' };
+    injectTraceContext(upstream, requestSpan.context, headers);
+    upstream.setAttribute('http.response.status_code', 200);
+    upstream.end();
+  }
+  endRequestSpan(requestSpan, { status: 200, clientAddress: '127.0.0.1', aborted: false });
+}
+
+/** The key lookup's and the admission's spans, as `TOLLGATE_TRACE_STEPS=true` makes them. */
+function stepSpans(requestSpan: RequestSpan): void {
   traceStep(
     requestSpan,
     'tollgate.key_lookup',
@@ -78,20 +101,6 @@ function oneRequest(): void {
     admission.setAttribute('tollgate.rate_limits', 'memory');
   }
   admission?.end();
-  recordDecision(requestSpan, 'wallets', { allowed: true, auth: AUTH });
-  const upstream = startUpstreamSpan(requestSpan, {
-    method: 'GET',
-    routeTemplate: '/api/v1/wallets/',
-    url: UPSTREAM,
-    path: '/api/v1/wallets/',
-  });
-  if (upstream !== undefined) {
-    const headers: Record<string, string> = { accept: 'application/json' };
-    injectTraceContext(upstream, requestSpan.context, headers);
-    upstream.setAttribute('http.response.status_code', 200);
-    upstream.end();
-  }
-  endRequestSpan(requestSpan, { status: 200, clientAddress: '127.0.0.1', aborted: false });
 }
 
 /** An exporter that answers success at once, serialising each batch first when asked. */

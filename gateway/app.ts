@@ -66,6 +66,8 @@ export interface AppOptions {
   shadow?: ShadowConfig;
   /** Whether `/healthz` and `/readyz` are traced while tracing is on; not by default. */
   traceProbes?: boolean;
+  /** Whether a traced request's key lookup and admission get child spans; not by default. */
+  traceSteps?: boolean;
   /** The readiness probe of the upstream (`/readyz`). Defaults to every 500 ms, 1000 ms timeout. */
   upstreamProbe?: { intervalMs?: number; timeoutMs?: number };
   /**
@@ -186,6 +188,7 @@ export function createApp(options: AppOptions): GatewayApp {
       },
     },
     untracedPaths: options.traceProbes === true ? [] : PROBE_PATHS,
+    traceSteps: options.traceSteps === true,
     onDecision: (event) => {
       const rateLimits = gate.rateLimitState();
       metrics.decision(event, rateLimits);

@@ -111,6 +111,11 @@ export interface TracingConfig {
    * traced. `false` by default: a scrape every few seconds would be a root trace each.
    */
   readonly probes: boolean;
+  /**
+   * `TOLLGATE_TRACE_STEPS`: whether the key lookup and the admission of the limits get child spans
+   * of their own. `false` by default: their findings are on the request's span.
+   */
+  readonly steps: boolean;
 }
 
 export interface SecretScanningConfig {
@@ -194,6 +199,7 @@ export const SETTINGS: readonly string[] = [
   'TOLLGATE_TOKEN_SECRET_FILE',
   'TOLLGATE_TOKEN_TTL_SECONDS',
   'TOLLGATE_TRACE_PROBES',
+  'TOLLGATE_TRACE_STEPS',
   'TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING',
   'TOLLGATE_TRUST_PROXY',
   'TOLLGATE_UPSTREAM_TIMEOUT_MS',
@@ -416,6 +422,7 @@ function keysUrlOf(env: Env): string | undefined {
 function tracing(env: Env): TracingConfig | undefined {
   const trustRemoteSampling = booleanSetting(env, 'TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING', false);
   const probes = booleanSetting(env, 'TOLLGATE_TRACE_PROBES', false);
+  const steps = booleanSetting(env, 'TOLLGATE_TRACE_STEPS', false);
   const disabled = booleanSetting(env, 'OTEL_SDK_DISABLED', false);
   const exporter = optional(env, 'OTEL_TRACES_EXPORTER') ?? 'otlp';
   if (exporter !== 'otlp' && exporter !== 'none') {
@@ -463,7 +470,14 @@ function tracing(env: Env): TracingConfig | undefined {
   ) {
     return undefined;
   }
-  return { protocol, sampler: sampler as TraceSamplerName, ratio, trustRemoteSampling, probes };
+  return {
+    protocol,
+    sampler: sampler as TraceSamplerName,
+    ratio,
+    trustRemoteSampling,
+    probes,
+    steps,
+  };
 }
 
 /** `true` or `false`, nothing else. */

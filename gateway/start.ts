@@ -116,6 +116,7 @@ export async function startGateway(
     upstreamTimeoutMs: config.upstreamTimeoutMs,
     shadow: config.shadow,
     traceProbes: config.tracing?.probes,
+    traceSteps: config.tracing?.steps,
     idempotency: { ...config.idempotency, secret },
     secretScanning:
       config.secretScanning === undefined || databaseStore === undefined

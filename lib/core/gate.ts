@@ -164,6 +164,13 @@ export interface GateOptions<S extends Scopes = Scopes> {
    * Defaults to none: a policy naming `idempotency` is then refused at start.
    */
   readonly idempotency?: IdempotencyOptions | undefined;
+  /**
+   * Whether a traced request's key lookup and admission get child spans of their own
+   * (`tollgate.key_lookup`, `tollgate.admission`). Defaults to `false`: what they find (the key,
+   * the account, the refusing scope) is on the request's span already, and each span more is
+   * recorded, serialised and sent for every sampled request.
+   */
+  readonly traceSteps?: boolean | undefined;
 }
 
 /** The gate's idempotent requests: the secret their records are sealed under, and their bounds. */
@@ -360,6 +367,7 @@ export const GATE_OPTION_CHECKS: OptionChecks<GateOptions> = {
   shadow: isObject,
   permissions: isStringList,
   idempotency: isObject,
+  traceSteps: isBoolean,
 };
 
 const SHADOW_OPTION_CHECKS: OptionChecks<ShadowOptions> = {
@@ -436,6 +444,7 @@ export function buildGate<S extends Scopes>(
 ): Gate<keyof S & string> {
   checkOptions(where, options, GATE_OPTION_CHECKS);
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
+  const traceSteps = options.traceSteps === true;
   const expectedInstances = options.expectedInstances;
   if (options.shadow !== undefined) {
     checkOptions(`${where}: shadow`, options.shadow, SHADOW_OPTION_CHECKS);
@@ -610,7 +619,7 @@ export function buildGate<S extends Scopes>(
   /** Steps 2 and 3, under the failure budget. */
   const authenticate = (facts: RequestFacts, compiled: CompiledPolicy): Promise<AuthContext> =>
     new Promise((resolve, reject) => {
-      const requestSpan = facts.tollgateSpan;
+      const requestSpan = traceSteps ? facts.tollgateSpan : undefined;
       authFailures.queueAttempt(
         facts,
         requestSpan === undefined
@@ -689,9 +698,9 @@ export function buildGate<S extends Scopes>(
       // are counted as if enforced, so the counts are right the day they are; nothing is sent.
       const uses = auth.credential === 'publishable' ? compiled.publishableLimits : compiled.limits;
       const admitted = auth;
-      // Traced, the store call runs in a span of its own; untraced, nothing more is made.
+      // Traced step by step, the store call runs in a span of its own; otherwise nothing is made.
       const refusal =
-        facts.tollgateSpan === undefined
+        facts.tollgateSpan === undefined || !traceSteps
           ? await admitAll(store, uses, admitted, facts.clientIp, headers, findings)
           : await traceAdmission(facts.tollgateSpan, uses, rateLimitState(), () =>
               admitAll(store, uses, admitted, facts.clientIp, headers, findings),

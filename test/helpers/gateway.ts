@@ -41,6 +41,8 @@ export interface TestGatewayOptions {
   idempotency?: AppOptions['idempotency'];
   /** Whether `/healthz` and `/readyz` are traced (not by default, as in the gateway). */
   traceProbes?: boolean;
+  /** Whether the key lookup and the admission get spans of their own (not by default, as in the gateway). */
+  traceSteps?: boolean;
   /** The secret-scanning endpoint, and the key store it looks reported tokens up in and writes to. */
   secretScanning?: AppOptions['secretScanning'];
   /**
@@ -106,6 +108,7 @@ export async function startTestGateway(options: TestGatewayOptions = {}): Promis
     shadow: options.shadow,
     idempotency: options.idempotency,
     traceProbes: options.traceProbes,
+    traceSteps: options.traceSteps,
     secretScanning: options.secretScanning,
   });
   const host = options.host ?? '127.0.0.1';

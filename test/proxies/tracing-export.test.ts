@@ -133,6 +133,7 @@ describeWithProxy('nginx')('the built gateway exporting its traces over OTLP/HTT
       OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
       OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
       OTEL_SERVICE_NAME: 'tollgate-under-test',
+      TOLLGATE_TRACE_STEPS: 'true',
     });
     let nginx: RunningProxy | undefined;
     try {

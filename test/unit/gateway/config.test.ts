@@ -282,6 +282,7 @@ describe('loadConfig: tracing from the standard OTEL_* variables', () => {
       ratio: 1,
       trustRemoteSampling: false,
       probes: false,
+      steps: false,
     };
     expect(loadConfig(ENDPOINT).tracing).toEqual(expected);
     expect(
@@ -290,7 +291,7 @@ describe('loadConfig: tracing from the standard OTEL_* variables', () => {
     ).toEqual(expected);
   });
 
-  it('reads the protocol, the sampler, its ratio, the trust of remote sampling and the tracing of probes', () => {
+  it('reads the protocol, the sampler, its ratio, the trust of remote sampling, the tracing of probes and of steps', () => {
     expect(
       loadConfig({
         ...ENDPOINT,
@@ -300,6 +301,7 @@ describe('loadConfig: tracing from the standard OTEL_* variables', () => {
         OTEL_TRACES_SAMPLER_ARG: '0.25',
         TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING: 'true',
         TOLLGATE_TRACE_PROBES: 'true',
+        TOLLGATE_TRACE_STEPS: 'true',
       }).tracing,
     ).toEqual({
       protocol: 'http/json',
@@ -307,12 +309,14 @@ describe('loadConfig: tracing from the standard OTEL_* variables', () => {
       ratio: 0.25,
       trustRemoteSampling: true,
       probes: true,
+      steps: true,
     });
   });
 
   it.each([
     [{ TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING: 'yes' }, 'TOLLGATE_TRACE_TRUST_REMOTE_SAMPLING'],
     [{ ...ENDPOINT, TOLLGATE_TRACE_PROBES: 'on' }, 'TOLLGATE_TRACE_PROBES'],
+    [{ ...ENDPOINT, TOLLGATE_TRACE_STEPS: '1' }, 'TOLLGATE_TRACE_STEPS'],
     [{ ...ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }, 'OTEL_EXPORTER_OTLP_PROTOCOL'],
     [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' }, 'OTEL_EXPORTER_OTLP_ENDPOINT'],
     [{ ...ENDPOINT, OTEL_TRACES_SAMPLER: 'jaeger_remote' }, 'OTEL_TRACES_SAMPLER'],
