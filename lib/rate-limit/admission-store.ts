@@ -51,7 +51,11 @@ import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
 /** A key seen full: a count it holds at least until `until`, and when it next has room. */
 interface Full {
   readonly count: number;
-  /** Until when it is surely full: its reset counted from when the deciding call was sent. */
+  /**
+   * Until when it is refused from memory: its reset counted from when the deciding call was sent
+   * (surely full until then), or for a failure budget from when the answer came (never earlier
+   * than the real reset).
+   */
   readonly until: number;
   /** Its reset as read on the answer, never earlier than the real one: what a refusal reports. */
   readonly resetAt: number;
@@ -150,7 +154,8 @@ export interface CounterRequest {
    * place of its oldest admission, and it is always sent to Redis, never refused from memory. A
    * failure that was compared counts against the window whatever the count was, so an instance
    * that compared one blind (before it knew the budget spent) cannot compare another in the same
-   * window for that key.
+   * window for that key. A key Redis answers full for it is refused from memory until the reset
+   * counted from the answer, never before the real one.
    */
   readonly countWhenFull?: boolean | undefined;
 }
@@ -411,7 +416,16 @@ export class AdmissionStore {
       // drops below this request's limit: until then it is full only for limits up to this one.
       const held = reading.count > request.limit ? reading.count - 1 : reading.count;
       const full = request.counter.rolling ? request.limit : held;
-      request.counter.markFull(request.key, full, reading.resetAt, reading.resetAt - late);
+      // A failure budget bounds what was compared in every span of one window, so an instance
+      // must never decide from memory that the budget has room while the failure that spent it
+      // is still in the window. Redis decided somewhere between the call and its answer: the
+      // reset counted from the call may come before the real one, by up to the round trip, and
+      // this instance would compare one more in that gap than the fleet's bound allows. So a
+      // budget seen spent is held until its reset counted from the answer, never earlier. A
+      // request asking to go ahead is refused from memory only until its reset counted from the
+      // call: never longer than Redis would refuse it.
+      const until = request.countWhenFull === true ? reading.resetAt : reading.resetAt - late;
+      request.counter.markFull(request.key, full, reading.resetAt, until);
     }
   }
 
