@@ -15,6 +15,11 @@ import type { LimiterRedis } from '../../lib/rate-limit/window';
  *
  * `settled()` resolves once every command sent through it has been answered and the code waiting
  * on the answers has run.
+ *
+ * With `latency`, a script runs some milliseconds after it was sent, as over a network: Redis's
+ * clock for it is the send time plus `latency.next()` (never before the previous script's), and
+ * `latency.reach()` is given that time before the answer reaches the caller, so that the test
+ * moves its clock there: no answer arrives before Redis decided it.
  */
 export interface ClockedRedis {
   readonly redis: LimiterRedis;
@@ -29,7 +34,18 @@ function clocked(script: string): string {
   return script.replace(TIME_CALL, CLOCKED_TIME);
 }
 
-export function withRedisClock(connection: LimiterRedis, now: () => number): ClockedRedis {
+export interface RedisLatency {
+  /** Milliseconds from the send to when Redis runs the next script. */
+  next(): number;
+  /** Redis's clock when it ran the script whose answer is about to be delivered. */
+  reach(decidedAt: number): void;
+}
+
+export function withRedisClock(
+  connection: LimiterRedis,
+  now: () => number,
+  latency?: RedisLatency,
+): ClockedRedis {
   const scripts = new Map<string, string>(
     [ADMIT_SCRIPT, READ_SCRIPT, DECREMENT_SCRIPT].map((script) => [
       scriptSha1(script),
@@ -38,6 +54,7 @@ export function withRedisClock(connection: LimiterRedis, now: () => number): Clo
   );
   const client = connection.client;
   const inFlight = new Set<Promise<unknown>>();
+  let lastDecided = 0;
   const track = (sent: Promise<unknown>): Promise<unknown> => {
     inFlight.add(sent);
     const done = (): void => {
@@ -57,10 +74,27 @@ export function withRedisClock(connection: LimiterRedis, now: () => number): Clo
           const [sha = '', ...rest] = args;
           const script = command.toUpperCase() === 'EVALSHA' ? scripts.get(sha) : undefined;
           if (script === undefined) return track(client.call(command, ...args));
-          const ms = now();
+          const ms = latency === undefined ? now() : Math.max(lastDecided, now() + latency.next());
+          lastDecided = ms;
           const seconds = Math.floor(ms / 1000);
           const micros = (ms - seconds * 1000) * 1000;
-          return track(client.call('EVAL', script, ...rest, String(seconds), String(micros)));
+          const sent = client.call('EVAL', script, ...rest, String(seconds), String(micros));
+          if (latency === undefined) return track(sent);
+          const reach = (): void => {
+            latency.reach(ms);
+          };
+          return track(
+            sent.then(
+              (reply) => {
+                reach();
+                return reply;
+              },
+              (error: unknown) => {
+                reach();
+                throw error;
+              },
+            ),
+          );
         },
       },
     },

@@ -20,6 +20,13 @@ import { withRedisClock } from '../helpers/redis-clock';
  * random instances. In every span of one window, at most the budget plus one per extra instance
  * are compared; and once a whole window has passed with no failure, every instance compares
  * again. The instances and the scripts in Redis read one injected clock: no run waits.
+ *
+ * Redis answers after a latency drawn for each script call (often none, else up to a tenth of the
+ * window): it decides that much after the call was sent, and the shared clock reaches that time
+ * before the answer is delivered, as over a real network.
+ *
+ * fast-check draws a new seed each run and prints it with the shrunk path on a failure; set
+ * `FC_SEED` (and `FC_PATH`) to replay one.
  */
 
 const WINDOW_MS = 10_000;
@@ -47,11 +54,26 @@ const step: fc.Arbitrary<Step> = fc.record({
   to: fc.array(fc.nat({ max: 3 }), { minLength: 1, maxLength: 3 }),
 });
 
+/** Milliseconds from a script call's send to Redis running it, taken in turn by the calls. */
+const latencies: fc.Arbitrary<number[]> = fc.array(
+  fc.oneof(
+    { weight: 1, arbitrary: fc.constant(0) },
+    { weight: 2, arbitrary: fc.integer({ min: 1, max: WINDOW_MS / 10 }) },
+  ),
+  { minLength: 1, maxLength: 8 },
+);
+
 const scenario = fc.record({
   instances: fc.integer({ min: 2, max: 4 }),
   limit: fc.integer({ min: 1, max: 6 }),
   steps: fc.array(step, { minLength: 1, maxLength: 60 }),
+  latencies,
 });
+
+/** A replay of a failure fast-check printed, when `FC_SEED` (and `FC_PATH`) are set. */
+const replay: Pick<fc.Parameters<unknown>, 'seed' | 'path'> = process.env.FC_SEED === undefined
+  ? {}
+  : { seed: Number(process.env.FC_SEED), path: process.env.FC_PATH };
 
 describeWithRedis('the failed-authentication budget of a fleet sharing Redis (property)', () => {
   let testRedis: TestRedis | undefined;
@@ -72,10 +94,16 @@ describeWithRedis('the failed-authentication budget of a fleet sharing Redis (pr
     const live = connection;
     if (live === undefined) throw new Error('no Redis');
     await fc.assert(
-      fc.asyncProperty(scenario, async ({ instances, limit, steps }) => {
+      fc.asyncProperty(scenario, async ({ instances, limit, steps, latencies: delays }) => {
         let time = 1_764_300_000_000;
         const now = (): number => time;
-        const clocked = withRedisClock(live, now);
+        let calls = 0;
+        const clocked = withRedisClock(live, now, {
+          next: () => delays[calls++ % delays.length] ?? 0,
+          reach: (decidedAt) => {
+            time = Math.max(time, decidedAt);
+          },
+        });
         const prefix = uniquePrefix('auth-fleet-property');
         const fleet: AuthFailureLimiter[] = Array.from({ length: instances }, () =>
           createAuthFailureLimiter({
@@ -124,7 +152,7 @@ describeWithRedis('the failed-authentication budget of a fleet sharing Redis (pr
           for (const instance of fleet) instance.shutdown();
         }
       }),
-      { numRuns: RUNS },
+      { numRuns: RUNS, ...replay },
     );
   });
 });

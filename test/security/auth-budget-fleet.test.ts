@@ -25,6 +25,11 @@ import { type ClockedRedis, withRedisClock } from '../helpers/redis-clock';
  * instance that had not yet seen the budget spent); then 15 at t0 + 61.5 s, when the span from
  * t0 + 30 s already holds 11 comparisons, so at most 10 more may be compared.
  *
+ * When Redis answers some time after the call that spent the budget, the instance that sent it
+ * must hold the budget spent until the reset counted from the answer: counted from the call, it
+ * would run out while the failure that spent the budget is still inside the window, and that
+ * instance would compare one more than the bound.
+ *
  * Beneath it, the engine: a failure recorded while its rolling counter in Redis is full replaces
  * the oldest admission, and the key stays full until the newest `limit` have left the window.
  */
@@ -107,6 +112,73 @@ describeWithRedis('the failed-authentication budget of two instances over one wi
 
     expect({ perBurst, most: mostInOneWindow(compared, WINDOW_MS) }).toEqual({
       perBurst: [10, 10, 1, 10],
+      most: BUDGET + INSTANCES - 1,
+    });
+  });
+
+  it('compares at most the budget plus one in any minute when Redis answers the call that spent the budget some time after it was sent', async () => {
+    if (connection === undefined) throw new Error('no Redis');
+    let time = T0;
+    const now = (): number => time;
+    // The instance that spends the budget hears so 500 ms after it asked: Redis decides then.
+    let latencyMs = 0;
+    const clocked = withRedisClock(connection, now, {
+      next: () => latencyMs,
+      reach: (decidedAt) => {
+        time = Math.max(time, decidedAt);
+      },
+    });
+    const prefix = uniquePrefix('auth-fleet-latency');
+    const [first, second] = Array.from({ length: INSTANCES }, () =>
+      createAuthFailureLimiter({
+        limit: BUDGET,
+        windowMs: WINDOW_MS,
+        redis: clocked.redis,
+        prefix,
+        now,
+      }),
+    );
+    if (first === undefined || second === undefined) throw new Error('no fleet');
+    limiters.push(first, second);
+    const req = { clientIp: IP };
+    const compared: number[] = [];
+    const guess = async (instance: AuthFailureLimiter, at: number): Promise<boolean> => {
+      time = Math.max(time, at);
+      let ran = false;
+      await new Promise<void>((answered) => {
+        instance.queueAttempt(
+          req,
+          () => {
+            ran = true;
+            compared.push(now());
+            return wrongKey();
+          },
+          () => {
+            answered();
+          },
+        );
+      });
+      await clocked.settled();
+      return ran;
+    };
+
+    // 19 failures on the second instance, the 20th on the first: only the first knows the budget
+    // spent, and its own memory holds one failure, so only Redis's answer can keep it from
+    // comparing until the failure of T0 leaves the window.
+    await guess(second, T0);
+    for (let i = 1; i < BUDGET - 1; i++) await guess(second, T0 + 30_000);
+    latencyMs = 500;
+    // Sent at T0 + 30 s, counted by Redis at T0 + 30.5 s: full until T0 + 60 s.
+    await guess(first, T0 + 30_000);
+    latencyMs = 0;
+    // The second instance last heard 19: it compares one blind, as it may.
+    const blind = await guess(second, T0 + 31_000);
+    // The failure of T0 is still inside the window: neither instance may compare.
+    const late = [await guess(first, T0 + 59_700), await guess(second, T0 + 59_700)];
+
+    expect({ blind, late, most: mostInOneWindow(compared, WINDOW_MS) }).toEqual({
+      blind: true,
+      late: [false, false],
       most: BUDGET + INSTANCES - 1,
     });
   });
