@@ -40,6 +40,11 @@ export interface MeasureOptions {
   readonly redisPort?: number;
   /** The gateway's process: its CPU time per answer over the measured run is recorded. */
   readonly pid?: number;
+  /**
+   * Requests that send more Redis commands by design (an `Idempotency-Key` claims and settles):
+   * their commands are reported, but not held to one per allowed request.
+   */
+  readonly extraCommandsByDesign?: boolean;
 }
 
 export class Bench {
@@ -161,6 +166,7 @@ export class Bench {
       ...(note === undefined ? {} : { note }),
       ...(cpuPerRequestUs === undefined ? {} : { cpuPerRequestUs }),
       ...(redisCommands === undefined ? {} : { redisCommands }),
+      ...(options.extraCommandsByDesign === true ? { extraCommandsByDesign: true } : {}),
     };
     const spent = options.expected === WRONG_CREDENTIAL ? answersWith(result, 429) : 0;
     if (spent > 0) {

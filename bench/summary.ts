@@ -101,8 +101,12 @@ function roundRatios(bench: Bench, a: RoundCase, b: RoundCase): number[] | undef
 /** The performance targets from what this run measured. */
 function targetsOf(bench: Bench): Target[] {
   const ratios = (a: RoundCase, b: RoundCase): number[] | undefined => roundRatios(bench, a, b);
+  // A request with an Idempotency-Key claims and settles it in Redis too, which is its purpose.
   const commands = bench.rows.filter(
-    (row) => row.redisCommands !== undefined && row.target !== TARGETS.naive,
+    (row) =>
+      row.redisCommands !== undefined &&
+      row.target !== TARGETS.naive &&
+      row.extraCommandsByDesign !== true,
   );
   const worst = Math.max(...commands.map((row) => row.redisCommands?.perRequest ?? Number.NaN));
   const addedP99 = median(bench.added.map((added) => added.p99));
@@ -128,7 +132,8 @@ function targetsOf(bench: Bench): Target[] {
       0.7,
     ),
     {
-      label: 'Redis commands per allowed request (gateway cases, the most of them)',
+      label:
+        'Redis commands per allowed request (gateway cases without an Idempotency-Key, the most of them)',
       goal: '1',
       figure: commands.length > 0 ? worst.toFixed(2) : undefined,
       met: commands.length > 0 ? worst <= 1.01 : undefined,
