@@ -157,6 +157,16 @@ export class KeyAlreadyRolledError extends ConflictError {
   }
 }
 
+/** A roll of a key that no longer works: revoked, or past its expiry. A new key is the way on. */
+export class KeyNotRollableError extends ConflictError {
+  constructor(
+    keyId: string,
+    readonly reason: 'revoked' | 'expired',
+  ) {
+    super(`Key "${keyId}" ${reason === 'revoked' ? 'is revoked' : 'has expired'}: roll refused`);
+  }
+}
+
 /** The `Idempotency-Key` header is malformed (empty, too long, other characters, sent twice). */
 export class IdempotencyKeyInvalidError extends TollgateError {
   override readonly name = 'IdempotencyKeyInvalidError';

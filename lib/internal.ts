@@ -10,6 +10,7 @@ export {
   InternalError,
   InvalidRequestError,
   KeyAlreadyRolledError,
+  KeyNotRollableError,
   NotFoundError,
   PayloadTooLargeError,
   UnsupportedMediaTypeError,

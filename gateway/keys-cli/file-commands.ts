@@ -1,6 +1,11 @@
 import { existsSync } from 'node:fs';
 import { ConfigurationError, FileKeyAdmin, TollgateError } from '../../lib';
-import { ConflictError, KeyAlreadyRolledError, OWNER_ROLE, parseRole } from '../../lib/internal';
+import {
+  KeyAlreadyRolledError,
+  KeyNotRollableError,
+  OWNER_ROLE,
+  parseRole,
+} from '../../lib/internal';
 import type { KeysDocument, NewKey } from '../../lib/entry/postgres';
 import {
   type CommandName,
@@ -178,11 +183,9 @@ function refusal(
       `key ${keyId} is already rolled: it stops working at ${expiresAt ?? ''}, within the grace`,
     );
   }
-  if (error instanceof ConflictError && error.message.endsWith('is revoked: roll refused')) {
-    return new ConfigurationError(`key ${keyId} is revoked: create a new key instead`);
-  }
-  if (error instanceof ConflictError && error.message.endsWith('has expired: roll refused')) {
-    return new ConfigurationError(`key ${keyId} has expired: create a new key instead`);
+  if (error instanceof KeyNotRollableError) {
+    const state = error.reason === 'revoked' ? 'is revoked' : 'has expired';
+    return new ConfigurationError(`key ${keyId} ${state}: create a new key instead`);
   }
   try {
     fileFault(file, keyId)(error);

@@ -5,6 +5,7 @@ import {
   ConflictError,
   InvalidRequestError,
   KeyAlreadyRolledError,
+  KeyNotRollableError,
   TollgateError,
 } from '../errors';
 import { sha256 } from './key-digest';
@@ -242,10 +243,8 @@ export class FileKeyAdmin implements KeyAdmin {
         graceSeconds,
         Date.now(),
       );
-      if (plan.kind === 'revoked')
-        throw new ConflictError(`Key "${key.id}" is revoked: roll refused`);
-      if (plan.kind === 'expired') {
-        throw new ConflictError(`Key "${key.id}" has expired: roll refused`);
+      if (plan.kind === 'revoked' || plan.kind === 'expired') {
+        throw new KeyNotRollableError(key.id, plan.kind);
       }
       if (plan.kind === 'rolled') throw new KeyAlreadyRolledError(key.id);
       // The new pair may do what the old one could, no more, in the old one's environment.

@@ -5,6 +5,7 @@ import {
   ConflictError,
   InvalidRequestError,
   KeyAlreadyRolledError,
+  KeyNotRollableError,
   TollgateError,
 } from '../errors';
 import { sha256 } from './key-digest';
@@ -408,8 +409,9 @@ export async function roll(
       graceSeconds,
       onlyRow(now).now.getTime(),
     );
-    if (plan.kind === 'revoked') throw new ConflictError(`Key "${id}" is revoked: roll refused`);
-    if (plan.kind === 'expired') throw new ConflictError(`Key "${id}" has expired: roll refused`);
+    if (plan.kind === 'revoked' || plan.kind === 'expired') {
+      throw new KeyNotRollableError(id, plan.kind);
+    }
     // Rolled already (by another instance, or an operator): the replacement exists.
     if (plan.kind === 'rolled') throw new KeyAlreadyRolledError(id);
     const key = await insertNewKey(

@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import request from 'supertest';
@@ -371,6 +371,24 @@ describe('the keys command', () => {
       expect(readFileSync(file, 'utf8')).toBe(after);
     });
 
+    it('roll refuses an expired key, naming the way on', async () => {
+      const key = parseCreated(await keys('create', '--account', 'acct_old', '--file', file));
+      const document = JSON.parse(readFileSync(file, 'utf8')) as {
+        accounts: { id: string; keys: { id: string; expiresAt?: string }[] }[];
+      };
+      const record = document.accounts
+        .flatMap((account) => account.keys)
+        .find((each) => each.id === key.keyId);
+      if (record === undefined) throw new Error('the key created is not in the file');
+      record.expiresAt = '2000-01-01T00:00:00.000Z';
+      writeFileSync(file, JSON.stringify(document));
+      const before = readFileSync(file, 'utf8');
+      const expired = await keys('roll', '--key', key.keyId, '--grace', '60', '--file', file);
+      expect(expired.code).toBe(1);
+      expect(expired.stderr).toContain(`key ${key.keyId} has expired: create a new key instead`);
+      expect(readFileSync(file, 'utf8')).toBe(before);
+    });
+
     it('roll refuses a missing or out-of-range grace and a revoked key, changing nothing', async () => {
       const key = parseCreated(await keys('create', '--account', 'acct_x', '--file', file));
       const before = readFileSync(file, 'utf8');
@@ -383,7 +401,7 @@ describe('the keys command', () => {
       await keys('revoke', '--key', key.keyId, '--file', file);
       const revoked = await keys('roll', '--key', key.keyId, '--grace', '60', '--file', file);
       expect(revoked.code).toBe(1);
-      expect(revoked.stderr).toContain('is revoked');
+      expect(revoked.stderr).toContain(`key ${key.keyId} is revoked: create a new key instead`);
       expect(readFileSync(file, 'utf8')).not.toBe(before);
       expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({
         accounts: [

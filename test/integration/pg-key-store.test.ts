@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Pool } from 'pg';
-import { ConflictError } from '../../lib/errors';
+import { ConflictError, KeyNotRollableError } from '../../lib/errors';
 import { KeyRing, sha256, TollgateError } from '../../lib';
 import { PgKeyStore } from '../../lib/entry/postgres';
 import { IpWhitelist } from '../../lib/model/ip-whitelist';
@@ -208,8 +208,13 @@ describeWithPostgres('PostgreSQL key store', () => {
       // grace 0: expired now, and a second roll is refused.
       await store.roll('key_roll', 0);
       await expect(store.roll('key_roll', 10)).rejects.toThrow(/has expired: roll refused/);
+      await expect(store.roll('key_roll', 10)).rejects.toMatchObject({ reason: 'expired' });
       await store.revoke(key.id);
-      await expect(store.roll(key.id, 10)).rejects.toBeInstanceOf(ConflictError);
+      await expect(store.roll(key.id, 10)).rejects.toBeInstanceOf(KeyNotRollableError);
+      await expect(store.roll(key.id, 10)).rejects.toMatchObject({
+        status: 409,
+        reason: 'revoked',
+      });
     });
 
     it('rolls a key once: of two rolls at once on two instances, one makes a replacement, the other is refused', async () => {

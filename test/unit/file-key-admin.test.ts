@@ -6,6 +6,7 @@ import {
   ConflictError,
   InvalidRequestError,
   KeyAlreadyRolledError,
+  KeyNotRollableError,
   TollgateError,
 } from '../../lib/errors';
 import { sha256 } from '../../lib/keys/key-store';
@@ -160,7 +161,8 @@ describe('FileKeyAdmin', () => {
     expect(duplicateKey.message).toBe('The key id is already in use');
 
     const revokedRoll = await refusal(admin.roll('key_gone', 60));
-    expect(revokedRoll).toBeInstanceOf(ConflictError);
+    expect(revokedRoll).toBeInstanceOf(KeyNotRollableError);
+    expect(revokedRoll).toMatchObject({ status: 409, code: 'conflict', reason: 'revoked' });
     expect(revokedRoll.message).toBe('Key "key_gone" is revoked: roll refused');
 
     const outOfRange = await refusal(
@@ -212,7 +214,8 @@ describe('FileKeyAdmin', () => {
     first.expiresAt = '2000-01-01T00:00:00Z';
     writeFileSync(file, JSON.stringify(document));
     const expired = await refusal(FileKeyAdmin.open(file).roll('key_a', 0));
-    expect(expired).toBeInstanceOf(ConflictError);
+    expect(expired).toBeInstanceOf(KeyNotRollableError);
+    expect(expired).toMatchObject({ status: 409, code: 'conflict', reason: 'expired' });
     expect(expired.message).toBe('Key "key_a" has expired: roll refused');
   });
 
