@@ -52,6 +52,8 @@ export class Bench {
   readonly comparisons: Comparison[] = [];
   /** With an Idempotency-Key (current) against without (baseline), the same build. */
   readonly keyComparisons: Comparison[] = [];
+  /** A token (current) against a secret key (baseline), the same build, Redis limits. */
+  readonly credentialComparisons: Comparison[] = [];
   /** The Redis commands of each kind of keyed request, counted one request at a time. */
   readonly keyedCommands: string[] = [];
   readonly memory: Memory[] = [];

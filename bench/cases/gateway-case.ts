@@ -52,6 +52,16 @@ export function redisSecretKeyCase(fixture: Fixture, limits: SharedLimits): Gate
   };
 }
 
+/** (c) with a token, in a gateway of its own. */
+export function redisTokenCase(fixture: Fixture, limits: SharedLimits): GatewayCase {
+  return {
+    ...redisSecretKeyCase(fixture, limits),
+    name: '(c) token, Redis',
+    credential: 'token',
+    script: fixture.scripts.token,
+  };
+}
+
 /** (e): wrong secret keys, compared and answered 401 while the (large) failure budget lasts. */
 export function wrongLeftCase(fixture: Fixture): GatewayCase {
   return {

@@ -1,10 +1,14 @@
 import { sanityCheck } from '../checks';
 import type { Fixture, SharedLimits } from '../fixture';
 import { type RoundCase, TARGETS } from '../labels';
+import type { Round } from '../report';
+import { redisSecretKeyCase, redisTokenCase, runConcurrently } from './gateway-case';
 
 /**
  * `redis`: (c) the gateway with Redis limits, with a secret key and with a token, the Redis
- * commands counted; kept running for the side-by-side rounds.
+ * commands counted; kept running for the side-by-side rounds. Then a token against a secret key,
+ * each in a gateway of its own, both under load at once: the machine's other load falls on both
+ * alike, which the rounds one after the other cannot promise.
  */
 export async function runRedis(
   fixture: Fixture,
@@ -18,4 +22,17 @@ export async function runRedis(
   await bench.measure(TARGETS.redis, 'token', url, scripts.token, limits.counted);
   bench.recordMemory(TARGETS.redis, gateway);
   roundUrls.set('redis-secret', url).set('redis-token', url);
+  const rounds: Round[] = [];
+  for (let round = 1; round <= fixture.settings.rounds; round++) {
+    const { mine, theirs } = await runConcurrently(
+      fixture,
+      limits,
+      redisTokenCase(fixture, limits),
+      fixture.current,
+      round,
+      redisSecretKeyCase(fixture, limits),
+    );
+    rounds.push({ round, order: 'at once', current: mine, baseline: theirs });
+  }
+  bench.credentialComparisons.push({ name: '(c) token / secret key, Redis', rounds });
 }
