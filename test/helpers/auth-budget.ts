@@ -1,4 +1,9 @@
 import { AuthenticationError } from '../../lib/errors';
+import {
+  type AuthFailureLimiter,
+  type AuthFailureLimiterOptions,
+  createAuthFailureLimiter,
+} from '../../lib/rate-limit/auth-failures';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 
 /**
@@ -10,6 +15,40 @@ import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-
 /** The comparison of a wrong key: what `attempt()` is given to run. */
 export function wrongKey(): never {
   throw new AuthenticationError('invalid_api_key');
+}
+
+/** `count` limiters sharing one Redis and prefix, as that many gateways sharing Redis are. */
+export function limiterFleet(
+  count: number,
+  options: AuthFailureLimiterOptions,
+): AuthFailureLimiter[] {
+  return Array.from({ length: count }, () => createAuthFailureLimiter(options));
+}
+
+/**
+ * One wrong credential sent to `instance` from `req`'s IP: resolves, once answered, whether it was
+ * compared; a comparison's time (`now()`) is pushed to `compared`.
+ */
+export function guessWrong(
+  instance: AuthFailureLimiter,
+  req: { readonly clientIp: string },
+  compared: number[],
+  now: () => number,
+): Promise<boolean> {
+  return new Promise((answered) => {
+    let ran = false;
+    instance.queueAttempt(
+      req,
+      () => {
+        ran = true;
+        compared.push(now());
+        return wrongKey();
+      },
+      () => {
+        answered(ran);
+      },
+    );
+  });
 }
 
 /** The most of `times` inside any span of `windowMs` ([t, t + windowMs)). */

@@ -1,10 +1,12 @@
 import fc from 'fast-check';
-import {
-  type AuthFailureLimiter,
-  createAuthFailureLimiter,
-} from '../../lib/rate-limit/auth-failures';
+import type { AuthFailureLimiter } from '../../lib/rate-limit/auth-failures';
 import type { LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
-import { mostInOneWindow, sharedConnection, wrongKey } from '../helpers/auth-budget';
+import {
+  guessWrong,
+  limiterFleet,
+  mostInOneWindow,
+  sharedConnection,
+} from '../helpers/auth-budget';
 import {
   acquireTestRedis,
   describeWithRedis,
@@ -105,32 +107,17 @@ describeWithRedis('the failed-authentication budget of a fleet sharing Redis (pr
           },
         });
         const prefix = uniquePrefix('auth-fleet-property');
-        const fleet: AuthFailureLimiter[] = Array.from({ length: instances }, () =>
-          createAuthFailureLimiter({
-            limit,
-            windowMs: WINDOW_MS,
-            redis: clocked.redis,
-            prefix,
-            now,
-          }),
-        );
+        const fleet = limiterFleet(instances, {
+          limit,
+          windowMs: WINDOW_MS,
+          redis: clocked.redis,
+          prefix,
+          now,
+        });
         const req = { clientIp: IP };
         const compared: number[] = [];
         const attempt = (instance: AuthFailureLimiter): Promise<boolean> =>
-          new Promise((answered) => {
-            let ran = false;
-            instance.queueAttempt(
-              req,
-              () => {
-                ran = true;
-                compared.push(now());
-                return wrongKey();
-              },
-              () => {
-                answered(ran);
-              },
-            );
-          });
+          guessWrong(instance, req, compared, now);
         try {
           for (const { wait: after, to } of steps) {
             time += after;

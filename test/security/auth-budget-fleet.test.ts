@@ -1,11 +1,13 @@
 import { Redis } from 'ioredis';
 import { AdmissionStore } from '../../lib/rate-limit/admission-store';
-import {
-  type AuthFailureLimiter,
-  createAuthFailureLimiter,
-} from '../../lib/rate-limit/auth-failures';
+import type { AuthFailureLimiter } from '../../lib/rate-limit/auth-failures';
 import type { LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
-import { mostInOneWindow, sharedConnection, wrongKey } from '../helpers/auth-budget';
+import {
+  guessWrong,
+  limiterFleet,
+  mostInOneWindow,
+  sharedConnection,
+} from '../helpers/auth-budget';
 import {
   acquireTestRedis,
   describeWithRedis,
@@ -66,15 +68,13 @@ describeWithRedis('the failed-authentication budget of two instances over one wi
     const now = (): number => time;
     const clocked: ClockedRedis = withRedisClock(connection, now);
     const prefix = uniquePrefix('auth-fleet-window');
-    const fleet = Array.from({ length: INSTANCES }, () =>
-      createAuthFailureLimiter({
-        limit: BUDGET,
-        windowMs: WINDOW_MS,
-        redis: clocked.redis,
-        prefix,
-        now,
-      }),
-    );
+    const fleet = limiterFleet(INSTANCES, {
+      limit: BUDGET,
+      windowMs: WINDOW_MS,
+      redis: clocked.redis,
+      prefix,
+      now,
+    });
     limiters.push(...fleet);
     const req = { clientIp: IP };
     const compared: number[] = [];
@@ -85,19 +85,7 @@ describeWithRedis('the failed-authentication budget of two instances over one wi
       time = at;
       const before = compared.length;
       for (let i = 0; i < count; i++) {
-        const instance = fleet[sent++ % INSTANCES]!;
-        await new Promise<void>((answered) => {
-          instance.queueAttempt(
-            req,
-            () => {
-              compared.push(now());
-              return wrongKey();
-            },
-            () => {
-              answered();
-            },
-          );
-        });
+        await guessWrong(fleet[sent++ % INSTANCES]!, req, compared, now);
         await clocked.settled();
       }
       return compared.length - before;
@@ -129,35 +117,20 @@ describeWithRedis('the failed-authentication budget of two instances over one wi
       },
     });
     const prefix = uniquePrefix('auth-fleet-latency');
-    const [first, second] = Array.from({ length: INSTANCES }, () =>
-      createAuthFailureLimiter({
-        limit: BUDGET,
-        windowMs: WINDOW_MS,
-        redis: clocked.redis,
-        prefix,
-        now,
-      }),
-    );
+    const [first, second] = limiterFleet(INSTANCES, {
+      limit: BUDGET,
+      windowMs: WINDOW_MS,
+      redis: clocked.redis,
+      prefix,
+      now,
+    });
     if (first === undefined || second === undefined) throw new Error('no fleet');
     limiters.push(first, second);
     const req = { clientIp: IP };
     const compared: number[] = [];
     const guess = async (instance: AuthFailureLimiter, at: number): Promise<boolean> => {
       time = Math.max(time, at);
-      let ran = false;
-      await new Promise<void>((answered) => {
-        instance.queueAttempt(
-          req,
-          () => {
-            ran = true;
-            compared.push(now());
-            return wrongKey();
-          },
-          () => {
-            answered();
-          },
-        );
-      });
+      const ran = await guessWrong(instance, req, compared, now);
       await clocked.settled();
       return ran;
     };
