@@ -20,6 +20,7 @@ import {
   describeWithRedis,
   type TestRedis,
   uniquePrefix,
+  untilShared,
 } from '../helpers/redis';
 
 /** The example app listening on 127.0.0.1 with the test fixtures' keys. */
@@ -363,11 +364,7 @@ describeWithRedis('the example app with Redis limits', () => {
   async function connect(url: string): Promise<LimiterRedisConnection> {
     const connection = createLimiterRedis({ url });
     connections.push(connection);
-    const deadline = Date.now() + 5000;
-    while (connection.health.state !== 'shared') {
-      if (Date.now() > deadline) throw new Error('Redis did not become ready');
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await untilShared(connection);
     return connection;
   }
 

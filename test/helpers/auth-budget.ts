@@ -5,6 +5,7 @@ import {
   createAuthFailureLimiter,
 } from '../../lib/rate-limit/auth-failures';
 import { createLimiterRedis, type LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
+import { untilShared } from './redis';
 
 /**
  * What the failed-authentication budget's fleet tests share: a credential compared and found
@@ -66,13 +67,11 @@ export function mostInOneWindow(times: readonly number[], windowMs: number): num
 /** The kit's Redis connection to `url`, once its counters are shared (5 s at most). */
 export async function sharedConnection(url: string): Promise<LimiterRedisConnection> {
   const connection = createLimiterRedis({ url });
-  const deadline = Date.now() + 5000;
-  while (connection.health.state !== 'shared') {
-    if (Date.now() > deadline) {
-      await connection.close();
-      throw new Error(`Redis stayed ${connection.health.state}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 20));
+  try {
+    await untilShared(connection);
+  } catch (error) {
+    await connection.close();
+    throw error;
   }
   return connection;
 }

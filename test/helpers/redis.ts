@@ -5,6 +5,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
+import type { LimiterRedisConnection } from '../../lib/rate-limit/redis-client';
 
 /**
  * Redis for tests: `REDIS_URL` when set, else a `redis-server` from PATH
@@ -170,6 +171,20 @@ export async function waitForRedis(url: string, timeoutMs: number): Promise<void
 }
 
 /** The Redis the suite uses, or `undefined` (after a loud notice) when none can be had. */
+/** Resolves once the kit's connection counts in Redis (`shared`); throws naming its state after `timeoutMs`. */
+export async function untilShared(
+  connection: LimiterRedisConnection,
+  timeoutMs = 5000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (connection.health.state !== 'shared') {
+    if (Date.now() > deadline) {
+      throw new Error(`the limiter's Redis connection stayed ${connection.health.state}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 export async function acquireTestRedis(): Promise<TestRedis | undefined> {
   const fromEnv = process.env.REDIS_URL;
   if (fromEnv !== undefined && fromEnv !== '') {

@@ -9,6 +9,7 @@ import {
   describeWithRedis,
   type TestRedis,
   uniquePrefix,
+  untilShared,
 } from '../helpers/redis';
 import { startRecordingUpstream, type RecordingUpstream } from '../helpers/upstream';
 
@@ -78,7 +79,7 @@ describeWithRedis('a client hanging up while its request is checked', () => {
     );
     target.host = `127.0.0.1:${relay.port}`;
     limiterRedis = createLimiterRedis({ url: target.toString(), commandTimeoutMs: 1000 });
-    while (limiterRedis.health.state !== 'shared') await new Promise((r) => setTimeout(r, 10));
+    await untilShared(limiterRedis);
     upstream = await startRecordingUpstream();
     app = createApp({
       keyStore: fixtures.ring,

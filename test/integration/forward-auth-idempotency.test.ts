@@ -14,8 +14,8 @@ import {
   describeWithRedis,
   type TestRedis,
   uniquePrefix,
+  untilShared,
 } from '../helpers/redis';
-import { sleep } from '../helpers/routes';
 
 /**
  * Idempotency keys asked about through forward authentication (contract sections 12 and 17): the
@@ -77,9 +77,7 @@ for (const mode of MODES) {
         testRedis = await acquireTestRedis();
         if (testRedis === undefined) throw new Error('describeWithRedis ran without a Redis');
         connection = createLimiterRedis({ url: testRedis.url });
-        const deadline = Date.now() + 5000;
-        while (connection.health.state !== 'shared' && Date.now() < deadline) await sleep(20);
-        expect(connection.health.state).toBe('shared');
+        await untilShared(connection);
       }
       gateway = await startTestGateway({
         trustProxy: ['127.0.0.1'],

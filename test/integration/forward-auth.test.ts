@@ -15,8 +15,9 @@ import {
   describeWithRedis,
   type TestRedis,
   uniquePrefix,
+  untilShared,
 } from '../helpers/redis';
-import { exchangeToken, sleep } from '../helpers/routes';
+import { exchangeToken } from '../helpers/routes';
 
 /**
  * Forward authentication over real sockets: the forward-auth door asked the way Traefik, Caddy,
@@ -381,9 +382,7 @@ for (const mode of MODES) {
       testRedis = await acquireTestRedis();
       if (testRedis === undefined) throw new Error('describeWithRedis ran without a Redis');
       connection = createLimiterRedis({ url: testRedis.url });
-      const deadline = Date.now() + 5000;
-      while (connection.health.state !== 'shared' && Date.now() < deadline) await sleep(20);
-      expect(connection.health.state).toBe('shared');
+      await untilShared(connection);
     });
     afterEach(async () => {
       await Promise.all(gateways.splice(0).map((gateway) => gateway.close()));

@@ -13,6 +13,7 @@ import {
   type OwnedRedis,
   startRedisServer,
   uniquePrefix,
+  untilShared,
 } from '../helpers/redis';
 import { samples, valueOf } from '../helpers/metrics';
 
@@ -60,10 +61,7 @@ describeWithRedis('/metrics after a scripted mix of requests', () => {
   beforeAll(async () => {
     owned = await startRedisServer();
     redis = createLimiterRedis({ url: owned.url });
-    const deadline = Date.now() + 5000;
-    while (redis.health.state !== 'shared' && Date.now() < deadline) {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await untilShared(redis);
     gateway = await startTestGateway({
       fixtures,
       redis,

@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Pool } from 'pg';
-import { ConflictError, KeyNotRollableError } from '../../lib/errors';
+import { KeyNotRollableError } from '../../lib/errors';
 import { KeyRing, sha256, TollgateError } from '../../lib';
 import { PgKeyStore } from '../../lib/entry/postgres';
 import { IpWhitelist } from '../../lib/model/ip-whitelist';

@@ -8,6 +8,7 @@ import {
   describeWithRedis,
   type TestRedis,
   uniquePrefix,
+  untilShared,
 } from '../helpers/redis';
 
 /**
@@ -251,11 +252,7 @@ describe('a rolling window at its edge, over HTTP', () => {
     async function connect(url: string): Promise<LimiterRedisConnection> {
       const connection = createLimiterRedis({ url });
       connections.push(connection);
-      const deadline = Date.now() + 5000;
-      while (connection.health.state !== 'shared') {
-        if (Date.now() > deadline) throw new Error('Redis did not become usable');
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+      await untilShared(connection);
       return connection;
     }
 

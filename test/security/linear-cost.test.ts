@@ -6,6 +6,7 @@ import {
   describeWithRedis,
   type TestRedis,
   uniquePrefix,
+  untilShared,
 } from '../helpers/redis';
 import { rawRequest, type RawResponse, sendRaw } from './raw-http';
 
@@ -227,11 +228,7 @@ for (const mode of MODES) {
         testRedis = await acquireTestRedis();
         if (testRedis === undefined) throw new Error('describeWithRedis ran without a Redis');
         connection = createLimiterRedis({ url: testRedis.url });
-        const deadline = Date.now() + 5000;
-        while (connection.health.state !== 'shared' && Date.now() < deadline)
-          await new Promise((resolve) => setTimeout(resolve, 20));
-        if (connection.health.state !== 'shared')
-          throw new Error(`the limiter's Redis connection stayed ${connection.health.state}`);
+        await untilShared(connection);
       }
       gateway = await startTestGateway({
         // Hundreds of refused credentials from one address: keep the failure budget out of the way.
