@@ -162,12 +162,23 @@ export async function waitForRedis(url: string, timeoutMs: number): Promise<void
       client.disconnect();
       return;
     } catch {
-      client.disconnect();
+      closeFailedClient(client);
       if (Date.now() > deadline)
         throw new Error(`Redis at ${url} did not answer within ${timeoutMs} ms`);
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
+}
+
+/**
+ * Disconnects a client whose connection may already have ended (a refused or timed-out connect,
+ * with `retryStrategy: () => null`). ioredis's `disconnect()` arms a 2-second timer that only the
+ * socket's next `close` clears: on a socket that has already closed, nothing clears it, and that
+ * timer alone keeps the process alive 2 s more (Jest then reports that it did not exit when the
+ * suite ends within 2 s of its Redis starting, as `test/multiprocess/account-limits.test.ts` does).
+ */
+export function closeFailedClient(client: Redis): void {
+  if (client.status !== 'end') client.disconnect();
 }
 
 /** The Redis the suite uses, or `undefined` (after a loud notice) when none can be had. */

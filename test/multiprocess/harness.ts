@@ -9,6 +9,7 @@ import type { RateLimitState } from '../../lib';
 import { ANSWER_CHECKS_VARIABLE } from '../../gateway/openapi/answer-check';
 import { createFixtures, type Fixtures, TOKEN_SECRET } from '../helpers/fixtures';
 import {
+  closeFailedClient,
   describeWithRedis,
   freePort,
   onAFreePort,
@@ -581,7 +582,7 @@ export async function redisCommand(port: number, command: [string, ...string[]])
     await client.connect();
     return await client.call(...command);
   } finally {
-    client.disconnect();
+    closeFailedClient(client);
   }
 }
 
