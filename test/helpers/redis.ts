@@ -181,7 +181,6 @@ export function closeFailedClient(client: Redis): void {
   if (client.status !== 'end') client.disconnect();
 }
 
-/** The Redis the suite uses, or `undefined` (after a loud notice) when none can be had. */
 /** Resolves once the kit's connection counts in Redis (`shared`); throws naming its state after `timeoutMs`. */
 export async function untilShared(
   connection: LimiterRedisConnection,
@@ -196,6 +195,7 @@ export async function untilShared(
   }
 }
 
+/** The Redis the suite uses, or `undefined` (after a loud notice) when none can be had. */
 export async function acquireTestRedis(): Promise<TestRedis | undefined> {
   const fromEnv = process.env.REDIS_URL;
   if (fromEnv !== undefined && fromEnv !== '') {
