@@ -42,14 +42,12 @@ export const TARGETS = {
 export const WRONG_KEY = 'unknown secret key';
 
 /** The cases run side by side in rounds for the target ratios. */
-export type RoundCase =
-  'floor' | 'born-floor' | 'naive' | 'redis-secret' | 'redis-token' | 'forward-auth';
+export type RoundCase = 'floor' | 'born-floor' | 'naive' | 'redis-secret' | 'forward-auth';
 export const ROUND_LABELS: Readonly<Record<RoundCase, string>> = {
   floor: TARGETS.floor,
   'born-floor': TARGETS.bornFloor,
   naive: TARGETS.naive,
   'redis-secret': `${TARGETS.redis}, secret key`,
-  'redis-token': `${TARGETS.redis}, token`,
   'forward-auth': TARGETS.forwardAuth,
 };
 

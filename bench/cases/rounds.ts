@@ -17,7 +17,6 @@ export async function runTargetRounds(
     'born-floor': scripts.upstream,
     naive: scripts.secret,
     'redis-secret': scripts.secret,
-    'redis-token': scripts.token,
     'forward-auth': scripts.forwardAuth,
   };
   const cases = [...roundUrls.keys()];

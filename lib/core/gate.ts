@@ -699,10 +699,11 @@ export function buildGate<S extends Scopes>(
       const uses = auth.credential === 'publishable' ? compiled.publishableLimits : compiled.limits;
       const admitted = auth;
       // Traced step by step, the store call runs in a span of its own; otherwise nothing is made.
+      const stepSpan = traceSteps ? facts.tollgateSpan : undefined;
       const refusal =
-        facts.tollgateSpan === undefined || !traceSteps
+        stepSpan === undefined
           ? await admitAll(store, uses, admitted, facts.clientIp, headers, findings)
-          : await traceAdmission(facts.tollgateSpan, uses, rateLimitState(), () =>
+          : await traceAdmission(stepSpan, uses, rateLimitState(), () =>
               admitAll(store, uses, admitted, facts.clientIp, headers, findings),
             );
       if (refusal !== undefined) throw refusal;

@@ -23,9 +23,9 @@ import {
  * One server span per request, named by its route template (`GET /api/v1/wallets/`), with the
  * stable HTTP attributes and the gate's decision as `tollgate.*` attributes; a child for the
  * upstream call, and for the key lookup and the admission of the limits when the gate is asked to
- * (`traceSteps`). When an instrumentation of the server
- * already made the request's span (it is the active span), the kit names that one and puts its
- * children under it instead of making a second server span. Never an attribute holding a secret,
+ * (`traceSteps`). When an instrumentation of the server already made the request's span (it is
+ * the active span), the kit names that one and puts its children under it instead of making a
+ * second server span. Never an attribute holding a secret,
  * a token, a body, a query or a header's value.
  */
 
