@@ -19,7 +19,8 @@ RUN npm run build
 
 # Runtime stage: production dependencies and compiled output only.
 FROM node:24-bookworm-slim AS runtime
-ENV NODE_ENV=production HOST=:: PORT=8080
+# One thread per core the container may use (its CPU quota, `--cpus`), all serving PORT.
+ENV NODE_ENV=production HOST=:: PORT=8080 TOLLGATE_WORKERS=auto
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY scripts/gateway-runtime-package.cjs ./scripts/

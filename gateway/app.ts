@@ -84,6 +84,14 @@ export interface AppOptions {
   idempotency?: Partial<IdempotencyConfig> & { readonly secret?: string };
   /** The secret-scanning endpoint, and the store's writes it revokes or rolls keys with. */
   secretScanning?: Pick<SecretScanningRouteOptions, 'config' | 'writer'> | undefined;
+  /** Set when this app is one of several threads serving one port: what they share. */
+  host?: AppHost | undefined;
+}
+
+/** What the threads serving one port share, as one app sees it. */
+export interface AppHost {
+  /** Why the other threads are not ready: `/readyz` is ready only when every thread is. */
+  readonly peersNotReady: () => readonly string[];
 }
 
 export type GatewayApp = Express & {
@@ -139,6 +147,8 @@ export function createApp(options: AppOptions): GatewayApp {
     upstream: () => probe.state,
     ready: () => readiness.report().ready,
     idempotentRoutes: IDEMPOTENT_PATHS,
+    // The process's CPU and memory are the host's, reported once by its main thread.
+    processMetrics: options.host === undefined,
   });
   let redisReason: string | undefined;
   const health = options.redis?.health;
@@ -230,6 +240,7 @@ export function createApp(options: AppOptions): GatewayApp {
     keyStore: options.keyStore,
     upstream: probe,
     idempotency: () => gate.gate.idempotencyState() ?? 'memory',
+    peers: options.host?.peersNotReady,
     rateLimits: () => {
       const state = rateLimitState();
       return state === 'degraded' && redisReason !== undefined

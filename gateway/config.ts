@@ -12,6 +12,13 @@ import {
 } from '../lib/internal';
 import { GATEWAY_SCOPE_NAMES, type GatewayScope } from './keys-cli/limit-scopes';
 import { IDEMPOTENT_PATHS } from './routes';
+import {
+  autoWorkers,
+  currentPlatform,
+  MAX_WORKERS,
+  portSharing,
+  type WorkerPlatform,
+} from './workers/plan';
 
 /**
  * The sample gateway's configuration, read from the environment once at start. Every invalid value
@@ -60,6 +67,8 @@ export interface GatewayConfig {
   readonly logLevel: string;
   readonly production: boolean;
   readonly expectedInstances: number;
+  /** `TOLLGATE_WORKERS`, resolved: the threads serving the public listener on one port. */
+  readonly workers: number;
   readonly limits: LimitsConfig;
   /** The admin listener (`TOLLGATE_ADMIN_PORT`); `undefined`: none. */
   readonly admin: AdminConfig | undefined;
@@ -204,6 +213,7 @@ export const SETTINGS: readonly string[] = [
   'TOLLGATE_TRUST_PROXY',
   'TOLLGATE_UPSTREAM_TIMEOUT_MS',
   'TOLLGATE_UPSTREAM_URL',
+  'TOLLGATE_WORKERS',
 ];
 
 /**
@@ -217,7 +227,7 @@ export const NEIGHBOUR_SETTINGS: readonly string[] = [
   'TOLLGATE_POSTGRES_PORT',
 ];
 
-export function loadConfig(env: Env): GatewayConfig {
+export function loadConfig(env: Env, platform: WorkerPlatform = currentPlatform()): GatewayConfig {
   refuseUnknownSettings(env);
   const production = env.NODE_ENV === 'production';
   const tokenSecret = secret(env, 'TOLLGATE_TOKEN_SECRET');
@@ -282,6 +292,7 @@ export function loadConfig(env: Env): GatewayConfig {
     logLevel: logLevel(env),
     production,
     expectedInstances: integer(env, 'TOLLGATE_EXPECTED_INSTANCES', 1, 1, 1000),
+    workers: workers(env, platform),
     limits,
     admin: admin(env),
     shadow: shadow(env),
@@ -289,6 +300,30 @@ export function loadConfig(env: Env): GatewayConfig {
     tracing: tracing(env),
     idempotency: idempotency(env),
   };
+}
+
+/**
+ * `TOLLGATE_WORKERS`: a count, or `auto` for the cores the process may use (its CPU affinity and
+ * its container's CPU quota). Where threads cannot share a port, `auto` is one thread and a count
+ * above one is refused, saying why.
+ */
+function workers(env: Env, platform: WorkerPlatform): number {
+  const name = 'TOLLGATE_WORKERS';
+  const value = optional(env, name);
+  if (value === undefined) return 1;
+  const sharing = portSharing(platform);
+  if (value.trim() === 'auto') return sharing.ok ? autoWorkers(platform) : 1;
+  const count = Number(value);
+  if (!/^\d{1,3}$/.test(value) || count < 1 || count > MAX_WORKERS) {
+    fail(
+      name,
+      `must be auto or a whole number from 1 to ${MAX_WORKERS}, got ${JSON.stringify(value)}`,
+    );
+  }
+  if (count > 1 && !sharing.ok) {
+    fail(name, `is ${count}, but ${sharing.why}: leave it unset, or run one gateway per core`);
+  }
+  return count;
 }
 
 function idempotency(env: Env): IdempotencyConfig {

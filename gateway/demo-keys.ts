@@ -11,13 +11,14 @@ export interface DemoCredential {
 
 export const DEMO_ACCOUNT_ID = 'acct_demo';
 
-export function createDemoKeys(): { ring: KeyRing; credentials: DemoCredential[] } {
-  const credentials = ROLES.map((role) => ({
-    keyId: `key_demo_${role.replace('-', '')}`,
-    role,
-    publishableKey: generateKey('publishable', 'test'),
-    secretKey: generateKey('secret', 'test'),
-  }));
+/**
+ * One key pair per role, new unless `credentials` are given: the threads of one gateway serve the
+ * pairs its main thread made.
+ */
+export function createDemoKeys(credentials: readonly DemoCredential[] = newDemoCredentials()): {
+  ring: KeyRing;
+  credentials: readonly DemoCredential[];
+} {
   const ring = KeyRing.fromDocument(
     {
       accounts: [
@@ -35,6 +36,15 @@ export function createDemoKeys(): { ring: KeyRing; credentials: DemoCredential[]
     'demo keys',
   );
   return { ring, credentials };
+}
+
+function newDemoCredentials(): DemoCredential[] {
+  return ROLES.map((role) => ({
+    keyId: `key_demo_${role.replace('-', '')}`,
+    role,
+    publishableKey: generateKey('publishable', 'test'),
+    secretKey: generateKey('secret', 'test'),
+  }));
 }
 
 export function formatDemoCredentials(credentials: readonly DemoCredential[]): string {

@@ -4,11 +4,16 @@ import pino, { type DestinationStream, type Logger as PinoLogger } from 'pino';
  * JSON logs on stdout. The kit never hands a credential to the logger; redaction is a second line
  * of defence for fields that must never be printed should someone log a request object.
  */
-export function createLogger(level: string, destination?: DestinationStream): PinoLogger {
+export function createLogger(
+  level: string,
+  destination?: DestinationStream,
+  fields: Readonly<Record<string, unknown>> = {},
+): PinoLogger {
   return pino(
     {
       level,
-      base: { service: 'tollgate' },
+      // `fields`: what every line of this logger carries, such as the worker thread that wrote it.
+      base: { service: 'tollgate', ...fields },
       timestamp: pino.stdTimeFunctions.isoTime,
       redact: {
         paths: [

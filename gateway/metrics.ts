@@ -34,6 +34,11 @@ export interface MetricsSources {
   readonly ready: () => boolean;
   /** The routes that take an `Idempotency-Key`, whose outcome counts are served from 0. */
   readonly idempotentRoutes?: readonly string[];
+  /**
+   * Whether the registry collects the process's own metrics (CPU, memory, event loop). Defaults to
+   * `true`; `false` for the worker threads of one process, whose main thread reports them once.
+   */
+  readonly processMetrics?: boolean;
 }
 
 const RATE_LIMIT_STATES: readonly RateLimitState[] = ['shared', 'memory', 'degraded'];
@@ -112,7 +117,7 @@ export class GatewayMetrics {
 
   constructor(private readonly sources: MetricsSources) {
     const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry });
+    if (sources.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
 
     const decisionCounts = this.decisionCounts;
     new Counter({
@@ -152,6 +157,7 @@ export class GatewayMetrics {
       help: 'Where each scope counts now: 1 for the current state (shared: Redis; memory: no Redis configured; degraded: Redis unusable, counted in memory)',
       labelNames: ['scope', 'state'],
       registers,
+      aggregator: 'max',
       collect() {
         const current = sources_.rateLimitState();
         for (const scope of sources_.scopes) {
@@ -216,6 +222,7 @@ export class GatewayMetrics {
       name: 'tollgate_upstream_up',
       help: 'Whether the readiness probe of the upstream got an answer (1) or not (0)',
       registers,
+      aggregator: 'min',
       collect() {
         this.set(sources_.upstream().up ? 1 : 0);
       },
@@ -224,6 +231,7 @@ export class GatewayMetrics {
       name: 'tollgate_ready',
       help: 'Whether /readyz answers 200 (1) or 503 (0)',
       registers,
+      aggregator: 'min',
       collect() {
         this.set(sources_.ready() ? 1 : 0);
       },
@@ -232,6 +240,7 @@ export class GatewayMetrics {
       name: 'tollgate_keys_loaded',
       help: 'Keys in force',
       registers,
+      aggregator: 'min',
       collect() {
         const count = sources_.keys().count;
         if (count !== undefined) this.set(count);
@@ -241,6 +250,7 @@ export class GatewayMetrics {
       name: 'tollgate_keys_version',
       help: 'Version of the keys in force: the database change version, or the number of successful keys file reloads',
       registers,
+      aggregator: 'min',
       collect() {
         const version = Number(sources_.keys().version ?? fileReloads());
         if (Number.isFinite(version)) this.set(version);
@@ -250,6 +260,7 @@ export class GatewayMetrics {
       name: 'tollgate_keys_age_seconds',
       help: 'Seconds since the keys in force were last known current (last file load, or last sync with the database)',
       registers,
+      aggregator: 'max',
       collect() {
         const at = sources_.keys().lastSyncAt ?? fileReloadedAt();
         this.set(Math.max(0, (Date.now() - at) / 1000));
@@ -259,6 +270,7 @@ export class GatewayMetrics {
       name: 'tollgate_keys_stale',
       help: 'Whether the key database is out of reach and the last keys stay in force (1)',
       registers,
+      aggregator: 'max',
       collect() {
         this.set(sources_.keys().status === 'stale' ? 1 : 0);
       },

@@ -161,6 +161,11 @@ export interface ReadinessOptions {
   readonly rateLimits: () => { state: RateLimitState; reason?: string };
   /** Where idempotency keys are kept: `degraded` while Redis cannot be used. */
   readonly idempotency?: () => IdempotencyStoreState;
+  /**
+   * Why other threads serving the same port are not ready, when there are some: the host is ready
+   * only when every one of them is.
+   */
+  readonly peers?: () => readonly string[];
 }
 
 export interface ReadinessReport {
@@ -183,14 +188,17 @@ export interface ReadinessReport {
 }
 
 export interface Readiness {
+  /** This gateway's readiness: its own, and its peers' when it has some. */
   report(): ReadinessReport;
+  /** This thread's own readiness, leaving its peers out. */
+  own(): ReadinessReport;
   /** `GET /readyz`: 200 `{"status":"ready",…}` or 503 with the JSON error body and `checks`. */
   readonly handler: RequestHandler;
 }
 
 export function createReadiness(options: ReadinessOptions): Readiness {
   const { keyStore, upstream } = options;
-  const report = (): ReadinessReport => {
+  const own = (): ReadinessReport => {
     const reasons: string[] = [];
     const warnings: string[] = [];
     const keys = reportsStatus(keyStore) ? keyStore.state() : { status: 'ready' as const };
@@ -244,7 +252,19 @@ export function createReadiness(options: ReadinessOptions): Readiness {
     };
   };
 
-  const handler: RequestHandler = function readyzHandler(req, res) {
+  const report = (): ReadinessReport => {
+    const others = options.peers?.() ?? [];
+    if (others.length === 0) return own();
+    const mine = own();
+    return { ...mine, ready: false, reasons: [...mine.reasons, ...others] };
+  };
+
+  return { report, own, handler: readinessHandler(report) };
+}
+
+/** `GET /readyz` answering `report()`. */
+export function readinessHandler(report: () => ReadinessReport): RequestHandler {
+  return function readyzHandler(req, res) {
     const current = report();
     res.setHeader('Cache-Control', 'no-store');
     if (current.ready) {
@@ -258,6 +278,4 @@ export function createReadiness(options: ReadinessOptions): Readiness {
       warnings: current.warnings,
     });
   };
-
-  return { report, handler };
 }

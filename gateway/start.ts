@@ -10,12 +10,13 @@ import {
   TokenService,
 } from '../lib';
 import { PgKeyStore } from '../lib/entry/postgres';
+import { type PackedTable, TableKeyStore } from '../lib/internal';
 import { createLimiterRedis, type LimiterRedisConnection } from '../lib/entry/redis';
-import { createAdminApp } from './admin';
+import { type AdminAppOptions, createAdminApp } from './admin';
 import { createApp, type GatewayApp } from './app';
 import type { GatewayConfig, RedisTarget } from './config';
 import { createGatewayServer } from './http-server';
-import { createDemoKeys, formatDemoCredentials } from './demo-keys';
+import { createDemoKeys, type DemoCredential, formatDemoCredentials } from './demo-keys';
 import { startStubUpstream } from './stub-upstream';
 import { GATEWAY_LIMIT_SCOPES } from './keys-cli/limit-scopes';
 import { startTracing } from './tracing';
@@ -35,6 +36,11 @@ export interface RunningGateway {
   readonly keyStore: KeyStore;
   /** Re-reads the keys file (SIGHUP); resolves false, keeping the old keys, when it fails. */
   reloadKeys(): Promise<boolean>;
+  /**
+   * Puts in force a keys file's ring the main thread loaded (a worker thread's reload); a gateway
+   * that reads its keys itself ignores it.
+   */
+  serveKeys(table: PackedTable): void;
   stop(drainMs?: number): Promise<void>;
 }
 
@@ -42,55 +48,54 @@ export interface StartOptions {
   logger: Logger;
   /** Where the demo credentials are printed (once, never through the logger). */
   print: (text: string) => void;
+  /**
+   * Set when this gateway is one of several threads serving one port (`TOLLGATE_WORKERS`): what
+   * the host's main thread made once for all of them. Such a gateway listens with `reusePort`, and
+   * starts neither an admin listener nor a stub upstream: the main thread runs those once.
+   */
+  worker?: WorkerRole | undefined;
+}
+
+/** What a worker thread's gateway takes from the main thread. */
+export interface WorkerRole {
+  /** The worker's number, from 1: in every log line it writes. */
+  readonly index: number;
+  /** Where requests go: the configured upstream or the main thread's stub. */
+  readonly upstreamUrl: string;
+  /** Signs tokens and seals stored answers: the same in every worker. */
+  readonly secret: string;
+  /** The demo keys, made once on the main thread, when no keys file or database is set. */
+  readonly demoCredentials: readonly DemoCredential[] | undefined;
+  /** The keys file's ring, loaded once by the main thread, in shared memory. */
+  readonly keysTable: PackedTable | undefined;
+  /** Why the other workers are not ready: `/readyz` is ready only when every worker is. */
+  readonly peersNotReady: () => readonly string[];
 }
 
 export async function startGateway(
   config: GatewayConfig,
   options: StartOptions,
 ): Promise<RunningGateway> {
-  const { logger } = options;
+  const { logger, worker } = options;
   // Before anything serves: the first request is traced too. Off (no OTLP endpoint): not loaded.
   const tracing = config.tracing === undefined ? undefined : startTracing(config.tracing);
-  let keyStore: KeyStore & Required<KeyDirectory>;
-  let fileStore: FileKeyStore | undefined;
-  let databaseStore: PgKeyStore | undefined;
-  let demo: ReturnType<typeof createDemoKeys> | undefined;
-  if (config.databaseUrl !== undefined) {
-    // Refuses to start (a ConfigurationError, one line) unless the database is migrated.
-    databaseStore = await PgKeyStore.open({
-      connectionString: config.databaseUrl,
-      logger,
-      limitScopes: GATEWAY_LIMIT_SCOPES,
-    });
-    keyStore = databaseStore;
-  } else if (config.keysFile === undefined) {
-    demo = createDemoKeys();
-    keyStore = demo.ring;
-  } else {
-    fileStore = await FileKeyStore.load(config.keysFile, { limitScopes: GATEWAY_LIMIT_SCOPES });
-    keyStore = fileStore;
-  }
-
-  if (config.tokenSecret === undefined) {
-    logger.warn(
-      { event: 'config.token_secret' },
-      'TOLLGATE_TOKEN_SECRET is not set: tokens are signed with a random per-process secret and die with the process',
-    );
-  }
+  const keys =
+    worker?.keysTable === undefined
+      ? await openKeys(config, logger, worker?.demoCredentials)
+      : servedKeys(worker.keysTable);
+  const { keyStore, fileStore, databaseStore } = keys;
+  if (worker === undefined) warnOfSettings(config, logger);
   // Tokens and stored idempotent answers: both die with the process when it is random.
-  const secret = config.tokenSecret ?? randomBytes(48).toString('base64');
+  const secret = worker?.secret ?? config.tokenSecret ?? randomBytes(48).toString('base64');
   const tokens = new TokenService({ secret, ttlSeconds: config.tokenTtlSeconds });
 
-  const stub = config.upstreamUrl === undefined ? await startStubUpstream() : undefined;
-  const upstreamUrl = config.upstreamUrl ?? stub?.url ?? '';
+  const stub =
+    worker === undefined && config.upstreamUrl === undefined
+      ? await startStubUpstream()
+      : undefined;
+  const upstreamUrl = worker?.upstreamUrl ?? config.upstreamUrl ?? stub?.url ?? '';
 
   const redis = config.redis === undefined ? undefined : connectRedis(config.redis);
-  if (redis === undefined && config.expectedInstances > 1) {
-    logger.warn(
-      { event: 'config.idempotency_per_instance', expected_instances: config.expectedInstances },
-      'TOLLGATE_EXPECTED_INSTANCES is above 1 without REDIS_URL: each instance keeps its own Idempotency-Keys, so a retry reaching another instance is forwarded again; share a Redis',
-    );
-  }
   redis?.health.on('change', (state, reason) => {
     if (state === 'degraded') {
       logger.warn(
@@ -122,23 +127,179 @@ export async function startGateway(
       config.secretScanning === undefined || databaseStore === undefined
         ? undefined
         : { config: config.secretScanning, writer: databaseStore },
+    host: worker === undefined ? undefined : { peersNotReady: worker.peersNotReady },
   });
 
-  // Coalesced reloads share one promise: log each reload once, not once per SIGHUP.
+  const reloadKeys = fileReloader(logger, (outcome) => {
+    app.metrics.keysReloaded(outcome);
+  });
+
+  // `/readyz` reflects the upstream from the first request on (one probe, at most 1 s).
+  await app.upstreamChecked;
+  const server = createGatewayServer(app);
+  const url = await listen(server, config.host, config.port, worker !== undefined);
+  const admin =
+    worker === undefined
+      ? await startAdmin(config, keys, logger, {
+          readiness: app.readiness,
+          metrics: app.metrics,
+          usage: (accountId, limits) => app.usage(accountId, limits),
+          decisions: (accountId) => app.decisions(accountId),
+        }).catch(async (error: unknown) => {
+          await drain(server, 0);
+          throw error;
+        })
+      : undefined;
+  // Printed once the gateway listens (a gateway that failed to start prints no keys).
+  if (keys.demo !== undefined && worker === undefined) {
+    options.print(formatDemoCredentials(keys.demo.credentials));
+  }
+  logger.info(
+    {
+      // One `gateway.started` per host: each worker thread says `worker.started`.
+      event: worker === undefined ? 'gateway.started' : 'worker.started',
+      url,
+      upstream: config.upstreamUrl === undefined ? 'bundled stub' : 'configured',
+      ...startedFields(config, keys, admin?.url),
+    },
+    `Tollgate listening on ${url}`,
+  );
+
+  return {
+    server,
+    url,
+    adminUrl: admin?.url,
+    app,
+    keyStore,
+    reloadKeys: () => (fileStore === undefined ? Promise.resolve(true) : reloadKeys(fileStore)),
+    serveKeys: (table) => {
+      if (keys.tableStore === undefined) return;
+      const count = keys.tableStore.swap(table);
+      app.metrics.keysReloaded('done');
+      logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
+    },
+    stop: async (drainMs = 10_000) => {
+      await Promise.all([drain(server, drainMs), admin?.stop(drainMs)]);
+      app.shutdown();
+      await databaseStore?.close();
+      await redis?.close();
+      if (stub !== undefined) await drain(stub.server, 1000);
+      // The spans of the last requests are exported before the process ends.
+      await tracing?.shutdown();
+    },
+  };
+}
+
+/** Where the keys come from: the database, a keys file, or demo keys (made here or given). */
+export interface OpenedKeys {
+  readonly keyStore: KeyStore & Required<KeyDirectory>;
+  readonly fileStore: FileKeyStore | undefined;
+  readonly databaseStore: PgKeyStore | undefined;
+  readonly demo: { readonly credentials: readonly DemoCredential[] } | undefined;
+  /** A keys file's ring another thread loads, served here. */
+  readonly tableStore?: TableKeyStore | undefined;
+}
+
+/** The keys file's ring the main thread loaded, served by a worker thread. */
+function servedKeys(table: PackedTable): OpenedKeys {
+  const tableStore = new TableKeyStore(table);
+  return {
+    keyStore: tableStore,
+    fileStore: undefined,
+    databaseStore: undefined,
+    demo: undefined,
+    tableStore,
+  };
+}
+
+/**
+ * Opens the key store the configuration names. The database store refuses to start (a
+ * `ConfigurationError`, one line) unless the database is migrated. Without either, demo keys:
+ * `demoCredentials` when given (every worker serves the same), else new ones.
+ */
+export async function openKeys(
+  config: GatewayConfig,
+  logger: Logger,
+  demoCredentials?: readonly DemoCredential[],
+): Promise<OpenedKeys> {
+  if (config.databaseUrl !== undefined) {
+    const databaseStore = await PgKeyStore.open({
+      connectionString: config.databaseUrl,
+      logger,
+      limitScopes: GATEWAY_LIMIT_SCOPES,
+    });
+    return { keyStore: databaseStore, fileStore: undefined, databaseStore, demo: undefined };
+  }
+  if (config.keysFile === undefined) {
+    const demo = createDemoKeys(demoCredentials);
+    return { keyStore: demo.ring, fileStore: undefined, databaseStore: undefined, demo };
+  }
+  const fileStore = await FileKeyStore.load(config.keysFile, {
+    limitScopes: GATEWAY_LIMIT_SCOPES,
+  });
+  return { keyStore: fileStore, fileStore, databaseStore: undefined, demo: undefined };
+}
+
+/** Warnings about the settings, logged once per host. */
+export function warnOfSettings(config: GatewayConfig, logger: Logger): void {
+  if (config.tokenSecret === undefined) {
+    logger.warn(
+      { event: 'config.token_secret' },
+      'TOLLGATE_TOKEN_SECRET is not set: tokens are signed with a random per-process secret and die with the process',
+    );
+  }
+  if (config.redis === undefined && config.expectedInstances > 1) {
+    logger.warn(
+      { event: 'config.idempotency_per_instance', expected_instances: config.expectedInstances },
+      'TOLLGATE_EXPECTED_INSTANCES is above 1 without REDIS_URL: each instance keeps its own Idempotency-Keys, so a retry reaching another instance is forwarded again; share a Redis',
+    );
+  }
+}
+
+/** What `gateway.started` says of the configuration. */
+export function startedFields(
+  config: GatewayConfig,
+  keys: OpenedKeys,
+  adminUrl: string | undefined,
+): Record<string, unknown> {
+  const database = keys.databaseStore !== undefined;
+  return {
+    rate_limits: config.redis === undefined ? 'memory' : config.redis.kind,
+    keys: database ? 'database' : keys.fileStore === undefined ? 'demo' : 'file',
+    tracing: config.tracing === undefined ? 'off' : `otlp ${config.tracing.protocol}`,
+    idempotency: {
+      store: config.redis === undefined ? 'memory' : 'redis',
+      required: config.idempotency.required,
+    },
+    secret_scanning:
+      config.secretScanning === undefined || !database ? 'off' : config.secretScanning.action,
+    key_management: keyManagement(config, database),
+    dashboard: adminUrl !== undefined && config.admin?.tokenSha256 !== undefined ? 'on' : 'off',
+  };
+}
+
+/**
+ * A keys file reload that logs and counts its outcome. Reloads asked for while one is waiting to
+ * start share it (`FileKeyStore.reload()`), and are logged once, not once per SIGHUP.
+ */
+export function fileReloader(
+  logger: Logger,
+  counted: (outcome: 'done' | 'failed') => void,
+): (store: FileKeyStore) => Promise<boolean> {
   let lastReload: Promise<number> | undefined;
   let lastOutcome: Promise<boolean> = Promise.resolve(true);
-  const reloadKeys = (store: FileKeyStore): Promise<boolean> => {
+  return (store) => {
     const reload = store.reload();
     if (reload === lastReload) return lastOutcome;
     lastReload = reload;
     lastOutcome = reload.then(
       (count) => {
-        app.metrics.keysReloaded('done');
+        counted('done');
         logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
         return true;
       },
       (error: unknown) => {
-        app.metrics.keysReloaded('failed');
+        counted('failed');
         logger.error(
           { event: 'keys.reload_failed', reason: (error as Error).message },
           'keys file not reloaded; the previous keys stay in force',
@@ -148,92 +309,48 @@ export async function startGateway(
     );
     return lastOutcome;
   };
+}
 
-  // `/readyz` reflects the upstream from the first request on (one probe, at most 1 s).
-  await app.upstreamChecked;
-  const server = createGatewayServer(app);
-  const url = await listen(server, config.host, config.port);
-  const adminApp =
-    config.admin === undefined
-      ? undefined
-      : createAdminApp({
-          directory: keyStore,
-          tokenSha256: config.admin.tokenSha256,
-          logger,
-          manager: databaseStore,
-          readiness: app.readiness,
-          traceProbes: config.tracing?.probes,
-          metrics: app.metrics,
-          usage: (accountId, limits) => app.usage(accountId, limits),
-          decisions: (accountId) => app.decisions(accountId),
-          readOnlyReason:
-            fileStore === undefined
-              ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'
-              : 'Keys come from a keys file: change it with the key command and send SIGHUP, or set TOLLGATE_DATABASE_URL',
-        });
-  const adminServer = adminApp === undefined ? undefined : createGatewayServer(adminApp);
-  const adminUrl =
-    adminServer === undefined || config.admin === undefined
-      ? undefined
-      : await listen(adminServer, config.admin.host, config.admin.port).catch(
-          async (error: unknown) => {
-            await drain(server, 0);
-            throw error;
-          },
-        );
-  if (adminUrl !== undefined) {
-    logger.info(
-      {
-        event: 'admin.started',
-        url: adminUrl,
-        key_management: config.admin?.tokenSha256 !== undefined,
-      },
-      `Tollgate admin listener on ${adminUrl}`,
-    );
-  }
-  // Printed once the gateway listens (a gateway that failed to start prints no keys).
-  if (demo !== undefined) options.print(formatDemoCredentials(demo.credentials));
+/** What the admin listener shows of the gateway it sits beside. */
+export type AdminSources = Pick<AdminAppOptions, 'readiness' | 'metrics' | 'usage' | 'decisions'>;
+
+/** A running admin listener. */
+export interface RunningAdmin {
+  readonly url: string;
+  stop(drainMs: number): Promise<void>;
+}
+
+/** The admin listener, when `TOLLGATE_ADMIN_PORT` is set; `undefined` otherwise. */
+export async function startAdmin(
+  config: GatewayConfig,
+  keys: OpenedKeys,
+  logger: Logger,
+  sources: AdminSources,
+): Promise<RunningAdmin | undefined> {
+  if (config.admin === undefined) return undefined;
+  const adminApp = createAdminApp({
+    directory: keys.keyStore,
+    tokenSha256: config.admin.tokenSha256,
+    logger,
+    manager: keys.databaseStore,
+    traceProbes: config.tracing?.probes,
+    ...sources,
+    readOnlyReason:
+      keys.fileStore === undefined
+        ? 'The demo keys are read-only: set TOLLGATE_DATABASE_URL to manage keys here'
+        : 'Keys come from a keys file: change it with the key command and send SIGHUP, or set TOLLGATE_DATABASE_URL',
+  });
+  const adminServer = createGatewayServer(adminApp);
+  const url = await listen(adminServer, config.admin.host, config.admin.port);
   logger.info(
-    {
-      event: 'gateway.started',
-      url,
-      upstream: stub === undefined ? 'configured' : 'bundled stub',
-      rate_limits: config.redis === undefined ? 'memory' : config.redis.kind,
-      keys: databaseStore !== undefined ? 'database' : fileStore === undefined ? 'demo' : 'file',
-      tracing: config.tracing === undefined ? 'off' : `otlp ${config.tracing.protocol}`,
-      idempotency: {
-        store: redis === undefined ? 'memory' : 'redis',
-        required: config.idempotency.required,
-      },
-      secret_scanning:
-        config.secretScanning === undefined || databaseStore === undefined
-          ? 'off'
-          : config.secretScanning.action,
-      key_management: keyManagement(config, databaseStore !== undefined),
-      dashboard: adminUrl !== undefined && config.admin?.tokenSha256 !== undefined ? 'on' : 'off',
-    },
-    `Tollgate listening on ${url}`,
+    { event: 'admin.started', url, key_management: config.admin.tokenSha256 !== undefined },
+    `Tollgate admin listener on ${url}`,
   );
-
   return {
-    server,
     url,
-    adminUrl,
-    app,
-    keyStore,
-    reloadKeys: () => (fileStore === undefined ? Promise.resolve(true) : reloadKeys(fileStore)),
-    stop: async (drainMs = 10_000) => {
-      await Promise.all([
-        drain(server, drainMs),
-        adminServer === undefined ? undefined : drain(adminServer, drainMs),
-      ]);
-      adminApp?.shutdown();
-      app.shutdown();
-      await databaseStore?.close();
-      await redis?.close();
-      if (stub !== undefined) await drain(stub.server, 1000);
-      // The spans of the last requests are exported before the process ends.
-      await tracing?.shutdown();
+    stop: async (drainMs) => {
+      await drain(adminServer, drainMs);
+      adminApp.shutdown();
     },
   };
 }
@@ -265,7 +382,7 @@ function connectRedis(target: RedisTarget): LimiterRedisConnection {
   }
 }
 
-async function drain(server: http.Server, drainMs: number): Promise<void> {
+export async function drain(server: http.Server, drainMs: number): Promise<void> {
   const closed = new Promise<void>((resolve) =>
     server.close(() => {
       resolve();
@@ -279,9 +396,17 @@ async function drain(server: http.Server, drainMs: number): Promise<void> {
   clearTimeout(timer);
 }
 
-/** Listens on `host:port` and resolves with the URL, or rejects naming the address. */
-async function listen(server: http.Server, host: string, port: number): Promise<string> {
-  server.listen(port, host);
+/**
+ * Listens on `host:port` and resolves with the URL, or rejects naming the address. With
+ * `reusePort`, other threads listen on the same port and the kernel shares the connections out.
+ */
+export async function listen(
+  server: http.Server,
+  host: string,
+  port: number,
+  reusePort = false,
+): Promise<string> {
+  server.listen(reusePort ? { port, host, reusePort } : { port, host });
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', (error: NodeJS.ErrnoException) => {

@@ -46,3 +46,6 @@ export {
   role,
 } from './keys/key-rules';
 export { isGraceSeconds, MAX_GRACE_SECONDS } from './keys/key-roll';
+export { loadSharedFileKeyStore } from './keys/key-store';
+export { TableKeyStore } from './keys/table-key-store';
+export type { PackedTable } from './keys/packed-table';

@@ -19,6 +19,7 @@ import {
   vacuumKeys,
 } from './postgres';
 import { startStreamProcess, type Waits, waitsBetween } from '../paced-stream';
+import { currentPlatform, portSharing } from '../../gateway/workers/plan';
 
 /**
  * `npm run bench:keys`: the key ring at scale. For each population size it generates
@@ -51,6 +52,9 @@ import { startStreamProcess, type Waits, waitsBetween } from '../paced-stream';
  * and the worst waits of all of them are printed side by side: one lucky or unlucky run on a shared
  * machine decides nothing.
  *
+ * - the keys file's gateway on each of BENCH_KEYS_WORKERS thread counts (`1,4` where threads can
+ *   share a port, else none): its RSS once every thread serves, against one thread's.
+ *
  * Settings: BENCH_KEYS, a comma-separated list of sizes (100000); BENCH_KEYS_SOURCES, `file`,
  * `database` or both (both); BENCH_RATE (500); BENCH_RELOADS (3); BENCH_NODE_FLAGS, Node flags
  * for the gateways (none; for experiments such as `--single-threaded-gc`). The failure budget is raised to its maximum
@@ -72,6 +76,8 @@ interface Settings {
   readonly sources: readonly ('file' | 'database')[];
   readonly rate: number;
   readonly reloads: number;
+  /** Worker thread counts to measure the keys file's memory with; none where threads cannot share a port. */
+  readonly workers: readonly number[];
 }
 
 function settings(): Settings {
@@ -95,7 +101,19 @@ function settings(): Settings {
   if (!Number.isInteger(reloads) || reloads < 1) {
     throw new Error('BENCH_RELOADS must be a whole number of at least 1');
   }
-  return { counts, sources, rate, reloads };
+  const sharing = portSharing(currentPlatform());
+  const workers = (process.env.BENCH_KEYS_WORKERS ?? (sharing.ok ? '1,4' : ''))
+    .split(',')
+    .filter((value) => value.trim() !== '')
+    .map((value) => {
+      const count = Number(value.trim());
+      if (!Number.isInteger(count) || count < 1 || count > 256) {
+        throw new Error(`BENCH_KEYS_WORKERS: ${JSON.stringify(value)} is not a thread count`);
+      }
+      if (count > 1 && !sharing.ok) throw new Error(`BENCH_KEYS_WORKERS: ${sharing.why}`);
+      return count;
+    });
+  return { counts, sources, rate, reloads, workers };
 }
 
 function log(line: string): void {
@@ -167,6 +185,20 @@ class Gateway {
         throw new Error(`${this.name} exited with ${this.child.exitCode}:\n${this.output}`);
       }
       if ((await this.status(secretKey)) === 200) return performance.now() - this.spawnedAt;
+      if (performance.now() > deadline) throw new Error(`${this.name} never became ready`);
+      await sleep(20);
+    }
+  }
+
+  /** Polls until `/readyz` answers 200: with worker threads, every one of them is serving. */
+  async readyEverywhere(timeoutMs = 600_000): Promise<void> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      if (this.child.exitCode !== null) {
+        throw new Error(`${this.name} exited with ${this.child.exitCode}:\n${this.output}`);
+      }
+      const reply = await httpRequest(`${this.url}/readyz`).catch(() => undefined);
+      if (reply?.status === 200) return;
       if (performance.now() > deadline) throw new Error(`${this.name} never became ready`);
       await sleep(20);
     }
@@ -284,8 +316,50 @@ function loopLine(label: string, loop: LoopDelay): string {
   return `${label}: longest event-loop delay in the gateway ${fmt(loop.maxMs, 1)} ms (p99 ${fmt(loop.p99Ms, 1)} ms)`;
 }
 
+/**
+ * The keys file's gateway on each thread count in turn, alone on the machine: its process's RSS
+ * once every thread serves and 2 s of traffic went through them, and each count's against the
+ * first's. The threads share one ring, so more threads cost each one's own heap, not the keys.
+ */
+async function threadsMemory(
+  workers: readonly number[],
+  file: string,
+  traffic: readonly Record<string, string>[],
+  rate: number,
+  print: (line: string) => void,
+): Promise<void> {
+  const measured: { threads: number; rss: number }[] = [];
+  for (const threads of workers) {
+    const gateway = await Gateway.start(`file gateway, ${threads} threads`, {
+      TOLLGATE_KEYS_FILE: file,
+      TOLLGATE_WORKERS: String(threads),
+    });
+    try {
+      await gateway.readyEverywhere();
+      const stream = await startStreamProcess(`${gateway.url}${WALLETS}`, traffic, rate);
+      await sleep(2000);
+      await stream.stop();
+      const { rss } = await gateway.memory();
+      measured.push({ threads, rss });
+    } finally {
+      await gateway.stop();
+    }
+  }
+  const first = measured[0];
+  if (first === undefined) return;
+  print(
+    `file memory by TOLLGATE_WORKERS: ` +
+      measured
+        .map(
+          ({ threads, rss }) =>
+            `${threads} ${threads === 1 ? 'thread' : 'threads'} RSS ${fmt(rss / MB)} MiB (${fmt(rss / first.rss, 2)}x)`,
+        )
+        .join(', '),
+  );
+}
+
 async function main(): Promise<void> {
-  const { counts, sources, rate, reloads } = settings();
+  const { counts, sources, rate, reloads, workers } = settings();
   const directory = mkdtempSync(path.join(os.tmpdir(), 'tollgate-bench-keys-'));
   const lines: string[] = [];
   const print = (line: string): void => {
@@ -383,6 +457,7 @@ async function main(): Promise<void> {
         print(spreadLine('file SIGHUP reloads', worst, loops));
         print(`file memory after the reload: ${perKey(await gateway.memory(), baseline, count)}`);
         await gateway.stop();
+        await threadsMemory(workers, live, traffic, rate, print);
         for (const written of [file, revokedFile, live]) rmSync(written, { force: true });
       }
 

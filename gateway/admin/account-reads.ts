@@ -14,7 +14,9 @@ export type AccountUsage = (
 ) => Promise<ScopeUsage[]>;
 
 /** An account's decisions of the last 15 minutes on this instance, a minute at a time. */
-export type AccountDecisions = (accountId: string) => readonly MinuteCounts[];
+export type AccountDecisions = (
+  accountId: string,
+) => readonly MinuteCounts[] | Promise<readonly MinuteCounts[]>;
 
 /** Where an account is looked up: its keys in force, then (database store) its row. */
 export interface AccountSources {
@@ -53,14 +55,16 @@ export function decisionsHandler(
 ): RequestHandler {
   return function accountDecisions(req, res, next) {
     const id = pathId(req.params);
-    knownAccount(sources, id).then(
-      () => {
-        res.json(decisionsAnswer(id, decisions(id)));
-      },
-      (error: unknown) => {
-        next(asAdminError(error, sources.logger));
-      },
-    );
+    knownAccount(sources, id)
+      .then(async () => decisions(id))
+      .then(
+        (minutes) => {
+          res.json(decisionsAnswer(id, minutes));
+        },
+        (error: unknown) => {
+          next(asAdminError(error, sources.logger));
+        },
+      );
   };
 }
 

@@ -17,6 +17,7 @@ import type {
 import { KeyIndex } from './key-index';
 import { parseKeysDocument } from './keys-file';
 import { PackedKeyRing } from './packed-key-ring';
+import type { PackedTable } from './packed-table';
 import { buildRing } from './ring-build';
 import { permissionNames } from '../model/permissions';
 
@@ -132,6 +133,26 @@ export class KeyRing implements KeyStore, KeyDirectory {
   }
 }
 
+let openShared: (
+  path: string,
+  options: KeyStoreLimitOptions,
+  share: (table: PackedTable) => void,
+) => Promise<FileKeyStore>;
+
+/**
+ * `FileKeyStore.load()` for a host whose threads serve one ring: each ring it loads is built in
+ * shared memory and handed to `share` once in force (the first load included), for the other
+ * threads to serve through a `TableKeyStore` of their own. Reloads are the store's own.
+ */
+export function loadSharedFileKeyStore(
+  path: string,
+  options: KeyStoreLimitOptions,
+  share: (table: PackedTable) => void,
+): Promise<FileKeyStore> {
+  checkOptions('loadSharedFileKeyStore()', options, KEY_STORE_LIMIT_OPTION_CHECKS);
+  return openShared(path, options, share);
+}
+
 /**
  * The keys file (docs/keys.md): loaded at start, swapped whole on `reload()`. A file that fails
  * to load leaves the keys in force unchanged, so a bad edit never locks everyone out.
@@ -159,12 +180,22 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
   private constructor(
     readonly path: string,
     options: KeyStoreLimitOptions,
+    /** Given each ring in shared memory once it is in force, for other threads to serve. */
+    private readonly share?: ((table: PackedTable) => void) | undefined,
   ) {
     this.limitScopes = { ...(options.limitScopes ?? {}) };
     this.permissionNames = permissionNames(options.permissions, 'FileKeyStore');
     this.firstLoad = this.reload().then(() => {
       this.loaded = true;
     });
+  }
+
+  static {
+    openShared = async (path, options, share) => {
+      const store = new FileKeyStore(path, options, share);
+      await store.firstLoad;
+      return store;
+    };
   }
 
   /** Reads and validates the file; rejects with a `ConfigurationError` naming the bad entry. */
@@ -216,10 +247,12 @@ export class FileKeyStore implements KeyStore, KeyDirectory, KeyReadiness {
           background: this.loaded,
           limitScopes: this.limitScopes,
           permissions: this.permissionNames,
+          shared: this.share !== undefined,
         });
       })
       .then(({ table }) => {
         this.ring = new PackedKeyRing(table);
+        this.share?.(table);
         return table.keyCount;
       });
     this.tail = read.catch(() => undefined);

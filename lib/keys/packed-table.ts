@@ -60,13 +60,47 @@ export const BLOCKED = -2;
 export const NO_LIMITS = -1;
 const REVOKED_FLAG = 4;
 
-/** The buffers of a table, for `postMessage(table, transferList(table))`. */
+/**
+ * The buffers of a table, for `postMessage(table, transferList(table))`; none of a shared table,
+ * whose memory is posted as it is.
+ */
 export function transferList(table: PackedTable): ArrayBuffer[] {
   const buffers = new Set<ArrayBuffer>();
   for (const value of Object.values(table)) {
-    if (ArrayBuffer.isView(value)) buffers.add(value.buffer as ArrayBuffer);
+    if (ArrayBuffer.isView(value) && value.buffer instanceof ArrayBuffer) buffers.add(value.buffer);
   }
   return [...buffers];
+}
+
+/** The typed arrays a table is made of. */
+type TableArray = Uint8Array | Uint16Array | Int32Array | Uint32Array | Float64Array;
+
+/**
+ * `table` with every array copied into one `SharedArrayBuffer`: posted to other threads, it is
+ * the same memory in each, not a copy, so a host's threads serve one ring. Each array starts on an
+ * 8-byte boundary, as its element type needs.
+ */
+export function sharedTable(table: PackedTable): PackedTable {
+  const arrays = Object.entries(table).filter((entry): entry is [string, TableArray] =>
+    ArrayBuffer.isView(entry[1]),
+  );
+  const aligned = (bytes: number): number => Math.ceil(bytes / 8) * 8;
+  const total = arrays.reduce((sum, [, array]) => sum + aligned(array.byteLength), 0);
+  const memory = new SharedArrayBuffer(total);
+  const shared: Record<string, unknown> = { ...table };
+  let offset = 0;
+  for (const [name, array] of arrays) {
+    const Kind = array.constructor as new (
+      buffer: SharedArrayBuffer,
+      byteOffset: number,
+      length: number,
+    ) => TableArray;
+    const copy = new Kind(memory, offset, array.length);
+    copy.set(array);
+    shared[name] = copy;
+    offset += aligned(array.byteLength);
+  }
+  return shared as unknown as PackedTable;
 }
 
 /** FNV-1a over the UTF-16 code units of `value`, seeded. */

@@ -28,6 +28,8 @@ export type RingJob = (
   readonly limitScopes?: LimitScopes | undefined;
   /** The permission names, bit order (see `permissionNames()`); defaults to the seven built in. */
   readonly permissions?: readonly string[] | undefined;
+  /** The table in shared memory (`sharedTable()`), for several threads to serve. */
+  readonly shared?: boolean | undefined;
 };
 
 /**

@@ -1,7 +1,7 @@
 import { setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { ConfigurationError } from '../errors';
-import { transferList } from './packed-table';
+import { sharedTable, transferList } from './packed-table';
 import { buildRingHere, type RingJob } from './ring-sources';
 
 /**
@@ -27,9 +27,11 @@ function yieldToRequests(): void {
 
 const port = parentPort;
 if (port !== null) {
-  buildRingHere(workerData as RingJob, { large: yieldToRequests }).then(
+  const job = workerData as RingJob;
+  buildRingHere(job, { large: yieldToRequests }).then(
     (built) => {
-      port.postMessage({ ok: true, built }, transferList(built.table));
+      const table = job.shared === true ? sharedTable(built.table) : built.table;
+      port.postMessage({ ok: true, built: { ...built, table } }, transferList(table));
     },
     (error: unknown) => {
       port.postMessage({

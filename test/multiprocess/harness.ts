@@ -128,7 +128,12 @@ export interface GatewayProcess {
   /** Log entries whose `event` is `event`. */
   events(event: string): Record<string, unknown>[];
   rateLimits(): Promise<RateLimitState>;
+  /** Sends the process a signal (SIGHUP: reload the keys file). */
+  signal(name: NodeJS.Signals): void;
+  /** SIGTERM; resolves once the process has drained and exited. */
   stop(): Promise<void>;
+  /** The exit code once it has exited, else `null`. */
+  exitCode(): number | null;
 }
 
 const EMPTY_ENV_KEYS = ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'];
@@ -202,6 +207,10 @@ export async function startGatewayProcess(options: GatewayProcessOptions): Promi
     logs,
     events: (event) => logs().filter((entry) => entry.event === event),
     rateLimits,
+    signal: (name) => {
+      child.kill(name);
+    },
+    exitCode: () => child.exitCode,
     stop: async () => {
       await killChild(child, 'SIGTERM');
       children.delete(child);

@@ -1,0 +1,270 @@
+import { writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type { Socket } from 'node:net';
+import { loadConfig } from '../../gateway/config';
+import { type RunningHost, startHost } from '../../gateway/workers/host';
+import { captureLogs } from '../helpers/logs';
+import { portSharing, currentPlatform } from '../../gateway/workers/plan';
+import { freePort } from '../helpers/redis';
+import { type RecordingUpstream, startRecordingUpstream } from '../helpers/upstream';
+import {
+  assertBuilt,
+  closeClient,
+  type GatewayProcess,
+  hammer,
+  type KeysFile,
+  requestOnce,
+  startGatewayProcess,
+  statusCounts,
+  stopAll,
+  waitUntil,
+  writeKeysFile,
+} from './harness';
+import { distScript, runNode } from '../helpers/process';
+import { docBlock } from '../helpers/doc-blocks';
+
+/**
+ * The gateway serving one port from several worker threads (`TOLLGATE_WORKERS`), as operators run
+ * it: a real process, real sockets, the kernel sharing connections between the threads. Where
+ * threads cannot share a port (Node before 22.12), the same setting is refused at start.
+ */
+
+const sharing = portSharing(currentPlatform());
+const WORKERS = 2;
+const CONCURRENCY = 16;
+
+if (!sharing.ok) {
+  describe('TOLLGATE_WORKERS where threads cannot share a port', () => {
+    it('refuses to start with more than one worker, saying why', async () => {
+      assertBuilt();
+      const finished = await runNode(distScript('gateway/server.js'), [], {
+        TOLLGATE_WORKERS: '2',
+        PORT: '0',
+      });
+      expect(finished.code).toBe(1);
+      expect(finished.stderr.trim()).toBe(
+        `tollgate: configuration error: TOLLGATE_WORKERS is 2, but ${sharing.why}: leave it unset, or run one gateway per core`,
+      );
+      // As the guide shows it, for this Node version.
+      expect(finished.stderr.trim()).toBe(
+        docBlock('workers-refused').code.trim().replace('20.20.2', process.versions.node),
+      );
+    });
+  });
+} else {
+  describe(`the gateway on ${WORKERS} worker threads sharing one port`, () => {
+    let upstream: RecordingUpstream;
+    let keys: KeysFile;
+    let gateway: GatewayProcess;
+    let adminUrl: string;
+
+    beforeAll(async () => {
+      assertBuilt();
+      upstream = await startRecordingUpstream();
+      keys = writeKeysFile();
+      const adminPort = await freePort();
+      adminUrl = `http://127.0.0.1:${adminPort}`;
+      gateway = await startGatewayProcess({
+        keysFile: keys,
+        upstreamUrl: upstream.url,
+        env: {
+          TOLLGATE_WORKERS: String(WORKERS),
+          TOLLGATE_ADMIN_PORT: String(adminPort),
+          TOLLGATE_TRUST_PROXY: 'loopback',
+        },
+      });
+      // The first worker answers before the host has finished starting.
+      await waitUntil(() => gateway.events('gateway.started').length > 0, 10_000);
+    }, 30_000);
+
+    afterAll(async () => {
+      closeClient();
+      await stopAll();
+      await upstream.close();
+    });
+
+    /** The worker numbers of the access log lines of requests to `path`. */
+    const workersServing = (path: string): Set<unknown> =>
+      new Set(
+        gateway
+          .events('http.request')
+          .filter((line) => line.path === path)
+          .map((line) => line.worker),
+      );
+
+    it('starts each worker once and says so once for the host', () => {
+      expect(
+        gateway
+          .events('worker.started')
+          .map((line) => line.worker)
+          .sort(),
+      ).toEqual([1, 2]);
+      const started = gateway.events('gateway.started');
+      expect(started).toHaveLength(1);
+      expect(started[0]).toMatchObject({ workers: WORKERS, url: gateway.url });
+    });
+
+    it('serves requests from every worker, each access log line naming its worker', async () => {
+      const { level1 } = keys.fixtures.keys;
+      const answers = await hammer(200, CONCURRENCY, () => ({
+        url: gateway.url,
+        path: '/api/v1/wallets/',
+        headers: { authorization: `Bearer ${level1.secretKey}` },
+      }));
+      expect(statusCounts(answers)).toEqual({ 200: 200 });
+      await waitUntil(() => gateway.events('http.request').length >= 200, 2000);
+      expect(workersServing('/api/v1/wallets/')).toEqual(new Set([1, 2]));
+    });
+
+    it('is ready on both listeners only when every worker is, and sums their metrics', async () => {
+      const [main, admin] = await Promise.all([
+        requestOnce({ url: gateway.url, path: '/readyz' }),
+        requestOnce({ url: adminUrl, path: '/readyz' }),
+      ]);
+      expect(main.status).toBe(200);
+      expect(admin.status).toBe(200);
+      expect(admin.body).toMatchObject({ status: 'ready', checks: { keys: { status: 'ready' } } });
+
+      const metrics = await requestOnce({ url: adminUrl, path: '/metrics' });
+      expect(metrics.status).toBe(200);
+      const text = String(metrics.body);
+      expect(text).toMatch(/^tollgate_workers 2$/m);
+      expect(text).toMatch(/^tollgate_ready 1$/m);
+      // Counted by both workers, reported as one sum for the host.
+      const allowed =
+        /^tollgate_decisions_total\{route="\/api\/v1\/wallets\/",outcome="allowed",code="none",rate_limits="memory"\} (\d+)$/m.exec(
+          text,
+        );
+      expect(Number(allowed?.[1])).toBe(200);
+      // The process's own metrics, once.
+      expect(text.match(/^process_cpu_user_seconds_total /gm)).toHaveLength(1);
+    });
+
+    it('reloads the keys file in every worker on one SIGHUP', async () => {
+      const { level2 } = keys.fixtures.keys;
+      const before = await hammer(32, CONCURRENCY, () => ({
+        url: gateway.url,
+        path: '/api/v1/wallets/',
+        headers: { authorization: `Bearer ${level2.secretKey}` },
+      }));
+      expect(statusCounts(before)).toEqual({ 200: 32 });
+      const document = structuredClone(keys.fixtures.document);
+      for (const account of document.accounts) {
+        for (const key of account.keys) {
+          if (key.id === level2.id) Object.assign(key, { revoked: true });
+        }
+      }
+      writeFileSync(keys.path, JSON.stringify(document));
+      const reloadsBefore = gateway.events('keys.reloaded').length;
+      const signalled = Date.now();
+      gateway.signal('SIGHUP');
+      // Every worker, and the main thread's copy for the admin listener: each once.
+      await waitUntil(() => gateway.events('keys.reloaded').length >= reloadsBefore + 3, 5000);
+      const reloaded = gateway.events('keys.reloaded').slice(reloadsBefore);
+      expect(reloaded.map((line) => line.worker ?? 'main').sort()).toEqual([1, 2, 'main']);
+      // The keep-alive connections of both workers now refuse the revoked key.
+      // Each from its own address, so that no failure budget is spent.
+      const after = await hammer(32, CONCURRENCY, (index) => ({
+        url: gateway.url,
+        path: '/api/v1/wallets/',
+        headers: {
+          authorization: `Bearer ${level2.secretKey}`,
+          'x-forwarded-for': `198.51.100.${index + 1}`,
+        },
+      }));
+      expect(Date.now() - signalled).toBeLessThan(1000 + 2000);
+      expect(statusCounts(after)).toEqual({ 401: 32 });
+    });
+
+    it('drains every worker on SIGTERM and exits 0', async () => {
+      await gateway.stop();
+      expect(gateway.exitCode()).toBe(0);
+      expect(gateway.events('gateway.stopping')).toHaveLength(1);
+    });
+  });
+
+  /**
+   * A worker thread that dies is replaced, and the connections the other worker holds go on being
+   * served throughout: the host is never restarted whole.
+   */
+  const SOCKETS = 16;
+
+  describe('a worker thread that stops unasked', () => {
+    let upstream: RecordingUpstream;
+    let host: RunningHost;
+    const logs = captureLogs();
+
+    beforeAll(async () => {
+      assertBuilt();
+      upstream = await startRecordingUpstream();
+      const keys = writeKeysFile();
+      const config = loadConfig({
+        PORT: String(await freePort()),
+        TOLLGATE_WORKERS: '2',
+        TOLLGATE_KEYS_FILE: keys.path,
+        TOLLGATE_UPSTREAM_URL: upstream.url,
+        TOLLGATE_TOKEN_SECRET: 'x'.repeat(48),
+        LOG_LEVEL: 'silent',
+      });
+      host = await startHost(config, { logger: logs.logger, print: () => undefined });
+    }, 30_000);
+
+    afterAll(async () => {
+      await host.stop(1000);
+      await upstream.close();
+    });
+
+    /** One request on `socket`'s connection: its status, or 0 when the connection is gone. */
+    function getOn(agent: http.Agent): Promise<{ status: number; socket: Socket | undefined }> {
+      return new Promise((resolve) => {
+        const req = http.get(`${host.url}/healthz`, { agent }, (res) => {
+          res.resume();
+          res.on('end', () => {
+            resolve({ status: res.statusCode ?? 0, socket: req.socket ?? undefined });
+          });
+        });
+        req.on('error', () => {
+          resolve({ status: 0, socket: undefined });
+        });
+      });
+    }
+
+    it('is replaced while the connections of the other worker are served on', async () => {
+      const agent = new http.Agent({ keepAlive: true, maxSockets: SOCKETS });
+      const first = await Promise.all(Array.from({ length: SOCKETS }, () => getOn(agent)));
+      expect(first.map((answer) => answer.status)).toEqual(Array(SOCKETS).fill(200));
+      const opened = new Set(first.map((answer) => answer.socket));
+      expect(opened.size).toBe(SOCKETS);
+
+      const dying = host.threads()[0];
+      expect(dying).toBeDefined();
+      await dying?.terminate();
+      // The dead worker's connections close; the other worker's stay open.
+      await waitUntil(
+        () => [...opened].filter((socket) => socket?.destroyed === false).length < SOCKETS,
+        2000,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const alive = [...opened].filter((socket) => socket?.destroyed === false);
+      expect(alive.length).toBeGreaterThan(0);
+      expect(alive.length).toBeLessThan(SOCKETS);
+
+      // Each surviving connection answers again, on the same socket: nothing was reconnected.
+      const again = await Promise.all(alive.map(() => getOn(agent)));
+      expect(again.map((answer) => answer.status)).toEqual(Array(alive.length).fill(200));
+      expect(again.every((answer) => opened.has(answer.socket))).toBe(true);
+
+      await waitUntil(() => logs.entries().some((line) => line.event === 'worker.replaced'), 5000);
+      expect(logs.entries().filter((line) => line.event === 'worker.exited')).toEqual([
+        expect.objectContaining({ worker: 1, exit_code: 1, level: 'error' }),
+      ]);
+      expect(host.threads().every((thread) => thread !== undefined)).toBe(true);
+      agent.destroy();
+
+      // New connections are served as before.
+      const fresh = new http.Agent({ keepAlive: false });
+      const answers = await Promise.all(Array.from({ length: 32 }, () => getOn(fresh)));
+      expect(answers.map((answer) => answer.status)).toEqual(Array(32).fill(200));
+    });
+  });
+}
