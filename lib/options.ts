@@ -103,6 +103,12 @@ export const LIMITER_REDIS = check(
     typeof (value as { health?: unknown }).health === 'object',
 );
 
+/** The SharedArrayBuffer the worker threads of one process keep their failure budget in. */
+export const FAILURE_BUDGET_BUFFER = check(
+  'a SharedArrayBuffer of createFailureBudgetBuffer()',
+  (value) => Object.prototype.toString.call(value) === '[object SharedArrayBuffer]',
+);
+
 export const TOKEN_SERVICE = objectWith('a TokenService', ['issue', 'verify']);
 
 /** The failed-authentication budget, of which a middleware uses one method. */

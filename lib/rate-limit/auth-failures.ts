@@ -1,4 +1,4 @@
-import { checkOptions, type OptionChecks, wholeNumber } from '../options';
+import { checkOptions, FAILURE_BUDGET_BUFFER, type OptionChecks, wholeNumber } from '../options';
 import { ipKeyGenerator } from 'express-rate-limit';
 import { TollgateError, RateLimitedError } from '../errors';
 import {
@@ -12,6 +12,8 @@ import {
 } from './window';
 import { AdmissionStore, type LocalCounters } from './admission-store';
 import { SHARED_COUNTER_OPTION_CHECKS } from './tollgate-store';
+import { type FailureLog, LocalFailureLog } from './failure-log';
+import { SharedFailureLog } from './shared-failure-log';
 
 /**
  * Throttles credential guessing: wrong keys, pairs and tokens (401) and whitelist
@@ -21,8 +23,10 @@ import { SHARED_COUNTER_OPTION_CHECKS } from './tollgate-store';
  *
  * The budget is checked and a failure counted in one synchronous step, at the moment a credential
  * is compared (`attempt()`), in this instance's memory: requests that arrive together (held-back
- * bodies, pipelining) cannot all pass the check before any of them is counted. A success costs
- * nothing. With a shared Redis each failure is told to Redis afterwards, so the failures of every
+ * bodies, pipelining) cannot all pass the check before any of them is counted. With
+ * `sharedFailures`, the worker threads of one process keep that memory in one SharedArrayBuffer
+ * and hold the IP's lock for that step, so they count as one instance. A success costs nothing.
+ * With a shared Redis each failure is told to Redis afterwards, so the failures of every
  * instance count together, and until Redis has answered, the IP's next attempt on this instance
  * waits (`queueAttempt()`): an instance compares a credential only knowing every failure it told
  * Redis before, so N instances compare at most N - 1 more than the limit per IP and window. Redis
@@ -48,6 +52,12 @@ export interface AuthFailureLimiterOptions {
    * expired windows go first, then the oldest. Defaults to 100 000.
    */
   maxTrackedIps?: number;
+  /**
+   * The buffer of `createFailureBudgetBuffer()` (made with this `limit` and `windowMs`) that the
+   * worker threads of this process share: their failures count together, as one instance's do.
+   * Its own capacity replaces `maxTrackedIps`. Without it, this thread counts alone.
+   */
+  sharedFailures?: SharedArrayBuffer | undefined;
   now?: () => number;
 }
 
@@ -114,6 +124,7 @@ const AUTH_FAILURE_LIMITER_OPTION_CHECKS: OptionChecks<AuthFailureLimiterOptions
   limit: wholeNumber(1),
   windowMs: wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS),
   maxTrackedIps: wholeNumber(1),
+  sharedFailures: FAILURE_BUDGET_BUFFER,
 };
 
 export function createAuthFailureLimiter(
@@ -142,7 +153,6 @@ export function authFailureLimiterOn(
 ): AuthFailureLimiter {
   const limit = options.limit ?? DEFAULT_AUTH_FAILURE_LIMIT;
   const windowMs = options.windowMs ?? DEFAULT_WINDOW_MS;
-  const maxTrackedIps = options.maxTrackedIps ?? DEFAULT_MAX_TRACKED_IPS;
   const now = options.now ?? Date.now;
   // Every instance's failures, in Redis: admitted up to the limit, so the engine knows the key full
   // (and `fullUntil()` answers) as soon as the limit-th failure is counted. Its keys are bare
@@ -155,33 +165,17 @@ export function authFailureLimiterOn(
           windowMs,
           rolling: true,
         });
-  // This instance's own count, by IP: the times of its failures still inside the rolling window
-  // (oldest first, at most `limit`), in the order of each IP's newest failure; and, kept apart so
-  // that a flood of single failures from other IPs cannot evict it, when a spent budget next has
-  // room, in about that order.
-  const failures = new Map<string, number[]>();
-  const spent = new Map<string, number>();
+  // This instance's own count, by IP: in this thread's memory, or shared by the worker threads
+  // of this process.
+  const log = failureLogOf(options, limit, windowMs);
   // Failures told to Redis and not yet answered, by IP: the IP's next attempt waits for them.
   const pending = new Map<string, Promise<void>>();
   // Errors `attempt()` has counted, so that `recordFailure` does not count them again.
   const counted = new WeakSet<TollgateError>();
 
-  /** The IP's failures still inside the window at `at`, oldest first. */
-  const recentFailures = (key: string, at: number): number[] => {
-    const times = failures.get(key);
-    if (times === undefined) return [];
-    failures.delete(key);
-    while (times.length > 0 && (times[0] ?? 0) + windowMs <= at) times.shift();
-    return times;
-  };
-
   /** When the IP's budget is spent: the time it resets; `undefined` while some is left. */
   const spentUntil = (key: string): number | undefined => {
-    let local = spent.get(key);
-    if (local !== undefined && local <= now()) {
-      spent.delete(key);
-      local = undefined;
-    }
+    const local = log.spentUntil(key, now());
     const everywhere = fleet?.fullUntil(key, limit);
     if (local === undefined) return everywhere;
     return everywhere === undefined ? local : Math.max(local, everywhere);
@@ -220,36 +214,8 @@ export function authFailureLimiterOn(
   };
 
   const count = (key: string): void => {
-    const at = now();
-    const times = recentFailures(key, at);
-    // Never before the newest, so a clock that steps back cannot reorder them.
-    times.push(Math.max(at, times[times.length - 1] ?? at));
-    if (times.length > limit) times.shift();
-    if (times.length >= limit) {
-      // Room again when the oldest of the last `limit` failures leaves the window.
-      remember(spent, key, (times[0] ?? at) + windowMs, at, (until) => until);
-    }
-    remember(failures, key, times, at, (entry) => (entry[entry.length - 1] ?? 0) + windowMs);
+    log.count(key, now());
     if (fleet !== undefined) tellFleet(fleet, key);
-  };
-
-  /** Sets `key` in `map`, making room first: expired entries, then the oldest if still full. */
-  const remember = <V>(
-    map: Map<string, V>,
-    key: string,
-    value: V,
-    at: number,
-    resetOf: (value: V) => number,
-  ): void => {
-    for (const [oldest, entry] of map) {
-      if (map.size < maxTrackedIps || resetOf(entry) > at) break;
-      map.delete(oldest);
-    }
-    if (map.size >= maxTrackedIps) {
-      const oldest = map.keys().next();
-      if (oldest.done !== true) map.delete(oldest.value);
-    }
-    map.set(key, value);
   };
 
   const refusalFor = (req: BudgetClient): RateLimitedError | undefined => {
@@ -263,17 +229,20 @@ export function authFailureLimiterOn(
 
   const attempt = <T>(req: BudgetClient, compare: () => T): T => {
     const key = keyOf(req);
-    const until = spentUntil(key);
-    if (until !== undefined) throw refusal(until);
-    try {
-      return compare();
-    } catch (error) {
-      if (countsAsFailure(error)) {
-        counted.add(error);
-        count(key);
+    // No other thread checks or counts this IP between this check and this count.
+    return log.exclusive(key, () => {
+      const until = spentUntil(key);
+      if (until !== undefined) throw refusal(until);
+      try {
+        return compare();
+      } catch (error) {
+        if (countsAsFailure(error)) {
+          counted.add(error);
+          count(key);
+        }
+        throw error;
       }
-      throw error;
-    }
+    });
   };
 
   const queueAttempt = <T>(req: BudgetClient, compare: () => T, done: AttemptCallback<T>): void => {
@@ -310,6 +279,26 @@ export function authFailureLimiterOn(
   const shutdown = (): void => undefined;
 
   return { guard, refusalFor, attempt, queueAttempt, record, recordFailure, shutdown };
+}
+
+/** The shared log when the options give its buffer, else one in this thread's memory. */
+function failureLogOf(
+  options: AuthFailureLimiterOptions,
+  limit: number,
+  windowMs: number,
+): FailureLog {
+  if (options.sharedFailures !== undefined) {
+    return new SharedFailureLog(options.sharedFailures, {
+      limit,
+      windowMs,
+      maxTrackedIps: options.maxTrackedIps,
+    });
+  }
+  return new LocalFailureLog({
+    limit,
+    windowMs,
+    maxTrackedIps: options.maxTrackedIps ?? DEFAULT_MAX_TRACKED_IPS,
+  });
 }
 
 function keyOf(req: BudgetClient): string {

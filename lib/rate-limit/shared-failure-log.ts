@@ -1,0 +1,472 @@
+import { createHash, randomInt } from 'node:crypto';
+import { ConfigurationError } from '../errors';
+import { checkOptions, type OptionChecks, required, wholeNumber } from '../options';
+import type { FailureLog } from './failure-log';
+import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
+
+/**
+ * The failed-authentication budget's log in a SharedArrayBuffer, so that the worker threads of one
+ * process count their failures together, as one instance would: each thread opens the same buffer
+ * (`createFailureBudgetBuffer()`, handed to every thread in `workerData`) with a
+ * `SharedFailureLog`, and reads and counts a key only while holding its bucket's lock.
+ *
+ * The buffer, in bytes:
+ *
+ * - a header of 64: a magic word and a version, then the limit, the window, `maxTrackedIps`, the
+ *   bucket count, the ways per bucket, the key field's size, a way's size and the hash seed (each a
+ *   Uint32), so that a thread opening it with another limit or window is refused;
+ * - one Int32 lock per bucket (0 free, 1 held, 2 held with threads waiting);
+ * - the table: `buckets` (a power of two) × `WAYS` ways, each way
+ *   `[spentUntil: Float64][count: Int32][head: Int32][kind: Uint8][key: KEY_BYTES bytes]` (64
+ *   bytes), then the ring of its failure times, `limit` Float64s, oldest at `head`.
+ *
+ * A key (`ipKeyGenerator()` output: dotted IPv4, an IPv6 network, 'unknown') is stored as its
+ * bytes; one longer than the field, or not ASCII, as the SHA-256 digest of its UTF-8 text, marked
+ * apart by its kind, so distinct keys stay distinct. Keys are found by comparing those bytes; the
+ * seeded hash only picks the bucket.
+ */
+
+/** Ways per bucket: a key lives in one of the 8 ways of the bucket its hash picks. */
+export const WAYS = 8;
+/** The longest key stored as it is; a longer one is stored as its digest. */
+const KEY_BYTES = 47;
+const DIGEST_BYTES = 32;
+/** A way's kind: empty, a key of `kind - 1` bytes, or a digest. */
+const EMPTY = 0;
+const DIGEST = 255;
+
+const MAGIC = 0x54474642;
+const VERSION = 1;
+const HEADER_BYTES = 64;
+/** Header words (Uint32). */
+const H_MAGIC = 0;
+const H_VERSION = 1;
+const H_LIMIT = 2;
+const H_WINDOW = 3;
+const H_TRACKED = 4;
+const H_BUCKETS = 5;
+const H_WAYS = 6;
+const H_KEY_BYTES = 7;
+const H_WAY_BYTES = 8;
+const H_SEED = 9;
+
+/** Byte offsets inside a way. */
+const W_SPENT = 0;
+const W_COUNT = 8;
+const W_HEAD = 12;
+const W_KIND = 16;
+const W_KEY = 17;
+const W_TIMES = 64;
+
+/** The largest buffer made: a limit or `maxTrackedIps` that needs more is refused. */
+const MAX_BUFFER_BYTES = 2 ** 32;
+const DEFAULT_MAX_TRACKED_IPS = 100_000;
+
+/** Lock attempts by spinning before the thread sleeps. */
+const SPINS = 64;
+/** How long a waiting thread sleeps before it looks at the lock again, in milliseconds. */
+const WAIT_MS = 2;
+
+export interface FailureBudgetBufferOptions {
+  /** The failure budget's `limit`: failures allowed per IP per window. */
+  limit: number;
+  /** The failure budget's `windowMs`. */
+  windowMs: number;
+  /** IPs (or IPv6 networks) remembered at most, about. Defaults to 100 000. */
+  maxTrackedIps?: number;
+}
+
+const BUFFER_OPTION_CHECKS: OptionChecks<FailureBudgetBufferOptions> = {
+  limit: required(wholeNumber(1)),
+  windowMs: required(wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS)),
+  maxTrackedIps: wholeNumber(1),
+};
+
+/** How a buffer is laid out, from its limit and capacity. */
+interface Geometry {
+  readonly buckets: number;
+  readonly wayBytes: number;
+  readonly locksAt: number;
+  readonly waysAt: number;
+  readonly byteLength: number;
+}
+
+function geometryOf(limit: number, maxTrackedIps: number): Geometry {
+  let buckets = 1;
+  while (buckets * WAYS < maxTrackedIps) buckets *= 2;
+  const wayBytes = W_TIMES + 8 * limit;
+  const locksAt = HEADER_BYTES;
+  const waysAt = alignTo8(locksAt + 4 * buckets);
+  return { buckets, wayBytes, locksAt, waysAt, byteLength: waysAt + buckets * WAYS * wayBytes };
+}
+
+function alignTo8(bytes: number): number {
+  return Math.ceil(bytes / 8) * 8;
+}
+
+/**
+ * A zeroed buffer for the failure budget of `limit` failures per `windowMs`, holding about
+ * `maxTrackedIps` keys (`WAYS` per bucket, the buckets rounded up to a power of two), for
+ * `createAuthFailureLimiter({ sharedFailures })` in every thread that shares it.
+ */
+export function createFailureBudgetBuffer(options: FailureBudgetBufferOptions): SharedArrayBuffer {
+  const where = 'createFailureBudgetBuffer()';
+  checkOptions(where, options, BUFFER_OPTION_CHECKS);
+  const maxTrackedIps = options.maxTrackedIps ?? DEFAULT_MAX_TRACKED_IPS;
+  const geometry = geometryOf(options.limit, maxTrackedIps);
+  if (geometry.byteLength > MAX_BUFFER_BYTES) {
+    throw new ConfigurationError(
+      `${where}: a limit of ${options.limit} for ${maxTrackedIps} IPs needs ` +
+        `${geometry.byteLength} bytes, more than ${MAX_BUFFER_BYTES}: lower limit or maxTrackedIps`,
+    );
+  }
+  const buffer = new SharedArrayBuffer(geometry.byteLength);
+  const header = new Uint32Array(buffer, 0, HEADER_BYTES / 4);
+  header[H_MAGIC] = MAGIC;
+  header[H_VERSION] = VERSION;
+  header[H_LIMIT] = options.limit;
+  header[H_WINDOW] = options.windowMs;
+  header[H_TRACKED] = maxTrackedIps;
+  header[H_BUCKETS] = geometry.buckets;
+  header[H_WAYS] = WAYS;
+  header[H_KEY_BYTES] = KEY_BYTES;
+  header[H_WAY_BYTES] = geometry.wayBytes;
+  // Unknown to clients, so that they cannot pick keys that all land in one bucket.
+  header[H_SEED] = randomInt(2 ** 32 - 1);
+  return buffer;
+}
+
+/** What a thread expects of the buffer it opens: the budget's own limit and window. */
+export interface SharedFailureLogShape {
+  readonly limit: number;
+  readonly windowMs: number;
+  /** When given, the buffer must have been made for it too. */
+  readonly maxTrackedIps?: number | undefined;
+}
+
+/**
+ * One thread's view of a shared buffer. Each thread (and each limiter) opens its own; a view is
+ * used by its own thread only. Reading and counting take the key's bucket lock, unless the call
+ * runs inside `exclusive()` for that key, which holds it already.
+ */
+export class SharedFailureLog implements FailureLog {
+  private readonly bytes: Uint8Array;
+  private readonly words: Int32Array;
+  private readonly floats: Float64Array;
+  private readonly limit: number;
+  private readonly windowMs: number;
+  private readonly bucketMask: number;
+  private readonly seed: number;
+  private readonly locksAt: number;
+  private readonly waysAt: number;
+  private readonly wayBytes: number;
+  /** The key last encoded: its kind and bytes (reused, so a call allocates nothing). */
+  private readonly scratch = new Uint8Array(KEY_BYTES);
+  private scratchKind = EMPTY;
+  private lastKey: string | undefined;
+  private lastBucket = 0;
+  /** The bucket whose lock this view holds inside `exclusive()`, or -1. */
+  private held = -1;
+
+  /** Throws a `ConfigurationError` unless `buffer` was made for `shape`'s limit and window. */
+  constructor(buffer: SharedArrayBuffer, shape: SharedFailureLogShape) {
+    const header = headerOf(buffer);
+    const made = { limit: header[H_LIMIT] ?? 0, windowMs: header[H_WINDOW] ?? 0 };
+    const tracked = header[H_TRACKED] ?? 0;
+    if (made.limit !== shape.limit || made.windowMs !== shape.windowMs) {
+      throw new ConfigurationError(
+        `sharedFailures: the buffer was made for limit ${made.limit} and windowMs ` +
+          `${made.windowMs}, and this budget counts limit ${shape.limit} in windowMs ` +
+          `${shape.windowMs}: make it with createFailureBudgetBuffer() from the same limit and windowMs`,
+      );
+    }
+    if (shape.maxTrackedIps !== undefined && shape.maxTrackedIps !== tracked) {
+      throw new ConfigurationError(
+        `sharedFailures: the buffer was made for maxTrackedIps ${tracked}, not ` +
+          `${shape.maxTrackedIps}: give the same maxTrackedIps to both, or leave it to the buffer`,
+      );
+    }
+    const geometry = geometryOf(made.limit, tracked);
+    if (
+      header[H_BUCKETS] !== geometry.buckets ||
+      header[H_WAYS] !== WAYS ||
+      header[H_KEY_BYTES] !== KEY_BYTES ||
+      header[H_WAY_BYTES] !== geometry.wayBytes ||
+      buffer.byteLength !== geometry.byteLength
+    ) {
+      throw new ConfigurationError(
+        'sharedFailures: the buffer is not laid out as createFailureBudgetBuffer() of this ' +
+          'version lays it out: make it with this version',
+      );
+    }
+    this.bytes = new Uint8Array(buffer);
+    this.words = new Int32Array(buffer);
+    this.floats = new Float64Array(buffer);
+    this.limit = made.limit;
+    this.windowMs = made.windowMs;
+    this.bucketMask = geometry.buckets - 1;
+    this.seed = header[H_SEED] ?? 0;
+    this.locksAt = geometry.locksAt;
+    this.waysAt = geometry.waysAt;
+    this.wayBytes = geometry.wayBytes;
+  }
+
+  spentUntil(key: string, at: number): number | undefined {
+    const bucket = this.bucketOf(key);
+    if (this.held === bucket) return this.readSpent(bucket, at);
+    this.enter(bucket);
+    try {
+      return this.readSpent(bucket, at);
+    } finally {
+      this.leave(bucket);
+    }
+  }
+
+  count(key: string, at: number): void {
+    const bucket = this.bucketOf(key);
+    if (this.held === bucket) {
+      this.countIn(bucket, at);
+      return;
+    }
+    this.enter(bucket);
+    try {
+      this.countIn(bucket, at);
+    } finally {
+      this.leave(bucket);
+    }
+  }
+
+  exclusive<T>(key: string, run: () => T): T {
+    const bucket = this.bucketOf(key);
+    if (this.held === bucket) return run();
+    this.enter(bucket);
+    try {
+      return run();
+    } finally {
+      this.leave(bucket);
+    }
+  }
+
+  /** Takes the bucket's lock for this view; one at a time, so no two threads wait on each other. */
+  private enter(bucket: number): void {
+    if (this.held !== -1) {
+      throw new Error('SharedFailureLog: a key was read or counted inside exclusive() of another');
+    }
+    lock(this.words, (this.locksAt >> 2) + bucket);
+    this.held = bucket;
+  }
+
+  private leave(bucket: number): void {
+    this.held = -1;
+    unlock(this.words, (this.locksAt >> 2) + bucket);
+  }
+
+  /** When the scratch key's budget next has room, read (and an expired one cleared) under lock. */
+  private readSpent(bucket: number, at: number): number | undefined {
+    const way = this.find(bucket);
+    if (way === -1) return undefined;
+    const index = (way + W_SPENT) >> 3;
+    const until = this.floats[index] ?? 0;
+    if (until === 0) return undefined;
+    if (until <= at) {
+      this.floats[index] = 0;
+      return undefined;
+    }
+    return until;
+  }
+
+  /** Counts one failure of the scratch key at `at`, under lock. */
+  private countIn(bucket: number, at: number): void {
+    const found = this.find(bucket);
+    const way = found === -1 ? this.claim(bucket, at) : found;
+    const { limit, windowMs, floats, words } = this;
+    const timesAt = (way + W_TIMES) >> 3;
+    const countAt = (way + W_COUNT) >> 2;
+    const headAt = (way + W_HEAD) >> 2;
+    let count = words[countAt] ?? 0;
+    let head = words[headAt] ?? 0;
+    // Failures that have left the window at `at` go, oldest first.
+    while (count > 0 && (floats[timesAt + head] ?? 0) + windowMs <= at) {
+      head = head + 1 === limit ? 0 : head + 1;
+      count--;
+    }
+    const newest = count === 0 ? at : (floats[timesAt + ((head + count - 1) % limit)] ?? at);
+    // Never before the newest, so a clock that steps back cannot reorder them.
+    const time = Math.max(at, newest);
+    if (count < limit) {
+      floats[timesAt + ((head + count) % limit)] = time;
+      count++;
+    } else {
+      // Full: the newest takes the oldest's place.
+      floats[timesAt + head] = time;
+      head = head + 1 === limit ? 0 : head + 1;
+    }
+    words[countAt] = count;
+    words[headAt] = head;
+    if (count >= limit) {
+      // Room again when the oldest of the last `limit` failures leaves the window.
+      floats[(way + W_SPENT) >> 3] = (floats[timesAt + head] ?? at) + windowMs;
+    }
+  }
+
+  /** The way holding the scratch key in `bucket`, as a byte offset, or -1. */
+  private find(bucket: number): number {
+    const { bytes, scratch, scratchKind } = this;
+    const length = keyLength(scratchKind);
+    let way = this.waysAt + bucket * WAYS * this.wayBytes;
+    for (let slot = 0; slot < WAYS; slot++, way += this.wayBytes) {
+      if (bytes[way + W_KIND] !== scratchKind) continue;
+      let same = true;
+      for (let i = 0; i < length; i++) {
+        if (bytes[way + W_KEY + i] !== scratch[i]) {
+          same = false;
+          break;
+        }
+      }
+      if (same) return way;
+    }
+    return -1;
+  }
+
+  /** A way of `bucket` emptied for the scratch key (`wayToReuse()`), as a byte offset. */
+  private claim(bucket: number, at: number): number {
+    const { bytes, floats, words, scratch, scratchKind } = this;
+    const way = this.wayToReuse(bucket, at);
+    floats[(way + W_SPENT) >> 3] = 0;
+    words[(way + W_COUNT) >> 2] = 0;
+    words[(way + W_HEAD) >> 2] = 0;
+    bytes[way + W_KIND] = scratchKind;
+    const length = keyLength(scratchKind);
+    for (let i = 0; i < length; i++) bytes[way + W_KEY + i] = scratch[i] ?? 0;
+    return way;
+  }
+
+  /**
+   * The way of `bucket` a new key takes: an empty one; else one whose newest failure has left the
+   * window at `at`; else, among the budgets not spent, the one whose newest failure is the oldest,
+   * so that a flood of single failures from other keys cannot evict a spent budget; and when
+   * every way holds a spent budget, the one whose newest failure is the oldest.
+   */
+  private wayToReuse(bucket: number, at: number): number {
+    let chosen = -1;
+    let chosenSpent = true;
+    let chosenNewest = Infinity;
+    let way = this.waysAt + bucket * WAYS * this.wayBytes;
+    for (let slot = 0; slot < WAYS; slot++, way += this.wayBytes) {
+      if (this.bytes[way + W_KIND] === EMPTY) return way;
+      const newest = this.newestOf(way);
+      if (newest + this.windowMs <= at) return way;
+      const spent = (this.floats[(way + W_SPENT) >> 3] ?? 0) > at;
+      const older = spent === chosenSpent ? newest < chosenNewest : chosenSpent;
+      if (chosen === -1 || older) {
+        chosen = way;
+        chosenSpent = spent;
+        chosenNewest = newest;
+      }
+    }
+    return chosen;
+  }
+
+  /** The time of the way's newest failure; -Infinity when it holds none. */
+  private newestOf(way: number): number {
+    const count = this.words[(way + W_COUNT) >> 2] ?? 0;
+    if (count === 0) return -Infinity;
+    const head = this.words[(way + W_HEAD) >> 2] ?? 0;
+    return this.floats[((way + W_TIMES) >> 3) + ((head + count - 1) % this.limit)] ?? -Infinity;
+  }
+
+  /** Encodes `key` into the scratch bytes and returns its bucket. */
+  private bucketOf(key: string): number {
+    // The scratch holds the last key's bytes: an attempt's check and count reuse them.
+    if (key === this.lastKey) return this.lastBucket;
+    this.encode(key);
+    const { scratch } = this;
+    const length = keyLength(this.scratchKind);
+    // FNV-1a from the buffer's seed, then a final mix of its bits.
+    let hash = (this.seed ^ 0x811c9dc5 ^ this.scratchKind) >>> 0;
+    for (let i = 0; i < length; i++) hash = Math.imul(hash ^ (scratch[i] ?? 0), 0x01000193);
+    hash ^= hash >>> 16;
+    hash = Math.imul(hash, 0x85ebca6b);
+    hash ^= hash >>> 13;
+    hash = Math.imul(hash, 0xc2b2ae35);
+    hash ^= hash >>> 16;
+    this.lastKey = key;
+    this.lastBucket = hash & this.bucketMask;
+    return this.lastBucket;
+  }
+
+  /** An ASCII key of at most `KEY_BYTES` as its bytes; any other as the digest of its UTF-8. */
+  private encode(key: string): void {
+    const { scratch } = this;
+    if (key.length <= KEY_BYTES) {
+      let ascii = true;
+      for (let i = 0; i < key.length; i++) {
+        const code = key.charCodeAt(i);
+        if (code > 0x7f) {
+          ascii = false;
+          break;
+        }
+        scratch[i] = code;
+      }
+      if (ascii) {
+        this.scratchKind = key.length + 1;
+        return;
+      }
+    }
+    scratch.set(createHash('sha256').update(key, 'utf8').digest());
+    this.scratchKind = DIGEST;
+  }
+}
+
+/** How many key bytes a way of `kind` holds. */
+function keyLength(kind: number): number {
+  return kind === DIGEST ? DIGEST_BYTES : kind - 1;
+}
+
+/** The header of a buffer made by `createFailureBudgetBuffer()`; a `ConfigurationError` if not. */
+function headerOf(buffer: unknown): Uint32Array {
+  if (Object.prototype.toString.call(buffer) !== '[object SharedArrayBuffer]') {
+    throw new ConfigurationError(
+      'sharedFailures: expected the SharedArrayBuffer of createFailureBudgetBuffer()',
+    );
+  }
+  const shared = buffer as SharedArrayBuffer;
+  const header =
+    shared.byteLength >= HEADER_BYTES ? new Uint32Array(shared, 0, HEADER_BYTES / 4) : undefined;
+  if (header?.[H_MAGIC] !== MAGIC || header[H_VERSION] !== VERSION) {
+    throw new ConfigurationError(
+      'sharedFailures: the buffer was not made by createFailureBudgetBuffer() of this version',
+    );
+  }
+  return header;
+}
+
+/**
+ * Takes the lock at `words[index]`: 0 is free, 1 held, 2 held with threads (maybe) waiting. A
+ * thread spins a little, the holder being a few microseconds from done, then sleeps in
+ * `Atomics.wait`, woken by the release or after `WAIT_MS`, and marks the lock 2 so that the
+ * holder wakes it.
+ */
+function lock(words: Int32Array, index: number): void {
+  let state = Atomics.compareExchange(words, index, 0, 1);
+  if (state === 0) return;
+  for (let spin = 0; spin < SPINS; spin++) {
+    if (Atomics.load(words, index) === 0) {
+      state = Atomics.compareExchange(words, index, 0, 1);
+      if (state === 0) return;
+    }
+  }
+  if (state !== 2) state = Atomics.exchange(words, index, 2);
+  while (state !== 0) {
+    Atomics.wait(words, index, 2, WAIT_MS);
+    state = Atomics.exchange(words, index, 2);
+  }
+}
+
+/** Releases the lock at `words[index]`, waking one waiting thread if any may wait. */
+function unlock(words: Int32Array, index: number): void {
+  if (Atomics.sub(words, index, 1) !== 1) {
+    Atomics.store(words, index, 0);
+    Atomics.notify(words, index, 1);
+  }
+}
