@@ -46,3 +46,7 @@ export {
   role,
 } from './keys/key-rules';
 export { isGraceSeconds, MAX_GRACE_SECONDS } from './keys/key-roll';
+export { HostClient } from './host/host-client';
+export { HostIdempotencyStore } from './host/host-idempotency-store';
+export { HostOperationError, HostUnavailableError } from './host/host-protocol';
+export { HostState } from './host/host-state';
