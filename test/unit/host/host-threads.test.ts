@@ -14,6 +14,9 @@ import { distScript } from '../../helpers/process';
  * - Four workers claiming the same idempotency names at once: one claim wins each name, and every
  *   other worker gets the winner's record.
  *
+ * - A worker's port keeps it alive while it awaits an answer, and not once nothing is awaited: a
+ *   worker that admits one request gets its answer, then exits on its own.
+ *
  * The workers run the compiled kit (`dist/`, built by `npm test` first), required by path.
  */
 
@@ -123,6 +126,19 @@ async function run() {
 run().catch((error) => parentPort.postMessage({ error: String(error && error.stack || error) }));
 `;
 
+/** A worker that admits one request, reports it, and has nothing left to do. */
+const IDLE_WORKER_SOURCE = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { AdmissionStore } = require(workerData.modules.admission);
+const { HostClient } = require(workerData.modules.client);
+const store = new AdmissionStore({ windowMs: 60000, host: new HostClient(workerData.port) });
+const counter = store.countersFor('rl:idle:');
+store.admit([{ counter, key: 'account:{acct_1}', limit: 5, enforced: true }]).then((outcome) => {
+  store.shutdown();
+  parentPort.postMessage(outcome.refusedAt);
+});
+`;
+
 interface WorkerResult {
   readonly admitted?: number;
   readonly byKind?: Readonly<Record<string, number>>;
@@ -144,12 +160,7 @@ async function runWorkers(scenario: Scenario): Promise<WorkerResult[]> {
   host = state;
   const barrier = new SharedArrayBuffer(2 * Int32Array.BYTES_PER_ELEMENT);
   const slots = new Int32Array(barrier);
-  const modules = {
-    admission: distScript('lib/rate-limit/admission-store.js'),
-    client: distScript('lib/host/host-client.js'),
-    records: distScript('lib/host/host-idempotency-store.js'),
-    memory: distScript('lib/idempotency/store.js'),
-  };
+  const modules = modulePaths();
   const workers: Worker[] = [];
   const results: Promise<WorkerResult>[] = [];
   const ready: Promise<void>[] = [];
@@ -205,6 +216,15 @@ async function runWorkers(scenario: Scenario): Promise<WorkerResult[]> {
   }
 }
 
+function modulePaths(): Record<string, string> {
+  return {
+    admission: distScript('lib/rate-limit/admission-store.js'),
+    client: distScript('lib/host/host-client.js'),
+    records: distScript('lib/host/host-idempotency-store.js'),
+    memory: distScript('lib/idempotency/store.js'),
+  };
+}
+
 function sum(values: readonly number[]): number {
   return values.reduce((total, value) => total + value, 0);
 }
@@ -240,5 +260,26 @@ describe('HostState with real worker threads', () => {
       const winner = `claim-${winners[0] ?? -1}`;
       for (const value of found) if (value !== null) expect(value).toBe(winner);
     }
+  });
+
+  it('keeps a worker alive while it awaits an answer, and lets it exit once nothing is awaited', async () => {
+    const state = new HostState();
+    host = state;
+    const port = state.connect();
+    const worker = new Worker(IDLE_WORKER_SOURCE, {
+      eval: true,
+      workerData: { port, modules: modulePaths() },
+      transferList: [port],
+    });
+    const answers: unknown[] = [];
+    worker.on('message', (message: unknown) => answers.push(message));
+    const exited = new Promise<number>((resolve) => worker.once('exit', resolve));
+    const timeout = setTimeout(() => void worker.terminate(), 10_000);
+    try {
+      expect(await exited).toBe(0);
+    } finally {
+      clearTimeout(timeout);
+    }
+    expect(answers).toEqual([-1]);
   });
 });
