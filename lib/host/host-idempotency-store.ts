@@ -1,4 +1,12 @@
 import type { IdempotencyStore, IdempotencyStoreState } from '../idempotency/store';
+import {
+  checkOptions,
+  isNonEmptyString,
+  objectWith,
+  type OptionChecks,
+  required,
+  wholeNumber,
+} from '../options';
 import type { HostClient } from './host-client';
 
 /**
@@ -18,12 +26,20 @@ export interface HostIdempotencyStoreOptions {
   readonly maxCharacters?: number | undefined;
 }
 
+const HOST_IDEMPOTENCY_STORE_OPTION_CHECKS: OptionChecks<HostIdempotencyStoreOptions> = {
+  host: required(objectWith('a HostClient', ['claim', 'settle', 'release', 'registerRecords'])),
+  name: required(isNonEmptyString),
+  maxRecords: wholeNumber(1),
+  maxCharacters: wholeNumber(1),
+};
+
 export class HostIdempotencyStore implements IdempotencyStore {
   private readonly host: HostClient;
   /** The store's number on this worker's port. */
   private readonly records: number;
 
   constructor(options: HostIdempotencyStoreOptions) {
+    checkOptions('HostIdempotencyStore', options, HOST_IDEMPOTENCY_STORE_OPTION_CHECKS);
     this.host = options.host;
     this.records = options.host.registerRecords(options.name, {
       maxRecords: options.maxRecords,

@@ -1,4 +1,5 @@
 import { MessageChannel, type MessagePort } from 'node:worker_threads';
+import { checkOptions, isFunction, type OptionChecks } from '../options';
 import {
   IdempotencyStoreError,
   MemoryIdempotencyStore,
@@ -31,6 +32,11 @@ export interface HostStateOptions {
   /** The records' clock, one that never steps back. Defaults to `performance.now()`. */
   readonly recordsNow?: (() => number) | undefined;
 }
+
+const HOST_STATE_OPTION_CHECKS: OptionChecks<HostStateOptions> = {
+  now: isFunction,
+  recordsNow: isFunction,
+};
 
 /** The host keeps no keys-seen-full of its own (workers keep those for Redis): one slot. */
 const HOST_FULL_KEYS = 1;
@@ -95,6 +101,7 @@ export class HostState {
   private readonly readings: CounterReading[] = [];
 
   constructor(options: HostStateOptions = {}) {
+    checkOptions('HostState', options, HOST_STATE_OPTION_CHECKS);
     this.now = options.now ?? Date.now;
     this.recordsNow = options.recordsNow;
   }
@@ -145,7 +152,13 @@ export class HostState {
       connection.port.close();
       return;
     }
-    if (answer.length > 0) connection.port.postMessage(answer);
+    if (answer.length === 0) return;
+    try {
+      connection.port.postMessage(answer);
+    } catch {
+      // A port that cannot carry the answer is of no more use; its worker's operations fail.
+      connection.port.close();
+    }
   }
 
   /** Reads one operation, runs it, and appends its answer. */

@@ -3,6 +3,7 @@ import { HostClient } from '../../../lib/host/host-client';
 import { HostIdempotencyStore } from '../../../lib/host/host-idempotency-store';
 import { HostOperationError, HostUnavailableError } from '../../../lib/host/host-protocol';
 import { HostState } from '../../../lib/host/host-state';
+import { ConfigurationError } from '../../../lib/errors';
 import { IdempotencyStoreError } from '../../../lib/idempotency/store';
 import { AdmissionStore, type LocalCounters } from '../../../lib/rate-limit/admission-store';
 
@@ -208,6 +209,20 @@ describe('HostIdempotencyStore', () => {
     const store = new HostIdempotencyStore({ host: client, name: 'records' });
     await expect(store.claim('idem:{a}:1', 'claim', 1000)).rejects.toEqual(
       new HostOperationError('the host broke'),
+    );
+  });
+});
+
+describe('the host options', () => {
+  it('are checked as every option of the kit is', () => {
+    expect(() => new HostState({ now: 5 } as never)).toThrow(ConfigurationError);
+    const { client } = setup();
+    expect(() => new HostIdempotencyStore({ host: client } as never)).toThrow(ConfigurationError);
+    expect(
+      () => new HostIdempotencyStore({ host: client, name: 'records', maxRecords: 0 }),
+    ).toThrow(ConfigurationError);
+    expect(() => new AdmissionStore({ windowMs: WINDOW_MS, host: {} as never })).toThrow(
+      ConfigurationError,
     );
   });
 });
