@@ -49,6 +49,9 @@ interface Connection {
   readonly records: (MemoryIdempotencyStore | undefined)[];
 }
 
+/** Scopes and record stores one worker may name, at most: far more than a process makes. */
+const MAX_ID = 2 ** 20;
+
 /** A batch the worker sent that is not what `HostClient` sends: the port is closed. */
 class ProtocolError extends Error {
   override readonly name = 'ProtocolError';
@@ -67,6 +70,15 @@ class BatchReader {
   number(): number {
     const value = this.values[this.at++];
     if (typeof value !== 'number') throw new ProtocolError(`expected a number at ${this.at - 1}`);
+    return value;
+  }
+
+  /** A number a worker gave one of its scopes or record stores: a whole number below `MAX_ID`. */
+  id(): number {
+    const value = this.number();
+    if (!Number.isInteger(value) || value < 0 || value >= MAX_ID) {
+      throw new ProtocolError(`expected an id at ${this.at - 1}`);
+    }
     return value;
   }
 
@@ -166,7 +178,7 @@ export class HostState {
     const op = batch.number();
     switch (op) {
       case HostOp.registerCounters: {
-        const id = batch.number();
+        const id = batch.id();
         const descriptor: CounterDescriptor = {
           prefix: batch.string(),
           windowMs: batch.number(),
@@ -181,7 +193,7 @@ export class HostState {
         return;
       }
       case HostOp.registerRecords: {
-        const id = batch.number();
+        const id = batch.id();
         const name = batch.string();
         const maxRecords = batch.optionalNumber();
         const maxCharacters = batch.optionalNumber();
@@ -195,7 +207,7 @@ export class HostState {
         const requests: LocalCounterRequest[] = [];
         let missing: string | undefined;
         for (let i = 0; i < n; i++) {
-          const counter = counterAt(connection, batch.number());
+          const counter = counterAt(connection, batch.id());
           const key = batch.string();
           const limit = op === HostOp.admit ? batch.number() : 0;
           const enforced = op === HostOp.admit ? batch.boolean() : false;
@@ -211,7 +223,7 @@ export class HostState {
       }
       case HostOp.decrement:
       case HostOp.reset: {
-        const counter = counterAt(connection, batch.number());
+        const counter = counterAt(connection, batch.id());
         const key = batch.string();
         if (typeof counter === 'string') {
           failed(answer, counter);
@@ -224,7 +236,7 @@ export class HostState {
         return;
       }
       case HostOp.claim: {
-        const store = connection.records[batch.number()];
+        const store = connection.records[batch.id()];
         const name = batch.string();
         const claim = batch.string();
         const ttlMs = batch.number();
@@ -236,7 +248,7 @@ export class HostState {
         return;
       }
       case HostOp.settle: {
-        const store = connection.records[batch.number()];
+        const store = connection.records[batch.id()];
         const name = batch.string();
         const claim = batch.string();
         const record = batch.string();
@@ -249,7 +261,7 @@ export class HostState {
         return;
       }
       case HostOp.release: {
-        const store = connection.records[batch.number()];
+        const store = connection.records[batch.id()];
         const name = batch.string();
         const claim = batch.string();
         if (store === undefined) {

@@ -192,6 +192,7 @@ export interface AdmissionStoreOptions {
   /**
    * Keeps the in-memory counts on the host thread, shared with the other workers of the process;
    * the host's counters run on the host's own clock. Redis, when usable, is asked as without it.
+   * `shutdown()` leaves the host's counters to the others; `HostState.close()` ends them.
    */
   readonly host?: HostClient | undefined;
 }
