@@ -11,7 +11,8 @@
  *
  * 1. the kit's errors and option checks;
  * 2. the shared words: roles, permissions, whitelists, addresses, key format and key records;
- * 3. the stores and services: keys, rate-limit counters, tokens, idempotency records;
+ * 3. the stores and services: keys, rate-limit counters, tokens, idempotency records, and the
+ *    host thread that keeps a process's in-memory counters and records for its worker threads;
  * 4. the framework-free decision core;
  * 5. the forward-authentication dialects;
  * 6. the Express door (with `req`'s typed fields);
@@ -20,7 +21,7 @@
 const FLOORS = [
   '^lib/(errors|options|optional-module)\\.ts$',
   '^lib/model/',
-  '^lib/(keys|rate-limit|tokens|idempotency)/',
+  '^lib/(keys|rate-limit|tokens|idempotency|host)/',
   '^lib/core/',
   '^lib/forward-auth/',
   '^lib/express/|^lib/types\\.ts$',
@@ -66,7 +67,7 @@ module.exports = {
       name: 'core-without-express',
       severity: 'error',
       comment: 'The decision core is framework-free: doors build facts, the core decides.',
-      from: { path: '^lib/(core|keys|tokens|rate-limit|forward-auth)/' },
+      from: { path: '^lib/(core|keys|tokens|rate-limit|host|forward-auth)/' },
       to: { path: '(^|/)node_modules/(express|@types/express|body-parser|cors)/|^lib/express/' },
     },
     {

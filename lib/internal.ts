@@ -49,3 +49,7 @@ export { isGraceSeconds, MAX_GRACE_SECONDS } from './keys/key-roll';
 export { loadSharedFileKeyStore } from './keys/key-store';
 export { TableKeyStore } from './keys/table-key-store';
 export type { PackedTable } from './keys/packed-table';
+export { HostClient } from './host/host-client';
+export { HostIdempotencyStore } from './host/host-idempotency-store';
+export { HostOperationError, HostUnavailableError } from './host/host-protocol';
+export { HostState } from './host/host-state';

@@ -163,37 +163,61 @@ export class MemoryIdempotencyStore implements IdempotencyStore {
   }
 
   claim(name: string, claim: string, ttlMs: number): Promise<string | undefined> {
+    // A throw in the executor rejects the promise: the same error, the same turn.
+    return new Promise((resolve) => {
+      resolve(this.claimNow(name, claim, ttlMs));
+    });
+  }
+
+  settle(name: string, claim: string, record: string, ttlMs: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      resolve(this.settleNow(name, claim, record, ttlMs));
+    });
+  }
+
+  release(name: string, claim: string): Promise<void> {
+    this.releaseNow(name, claim);
+    return Promise.resolve();
+  }
+
+  /**
+   * `claim()` in one synchronous step, for a caller that must answer before it returns (the
+   * host thread of a process's workers): throws `IdempotencyStoreError('full')` where `claim()`
+   * rejects with it.
+   */
+  claimNow(name: string, claim: string, ttlMs: number): string | undefined {
     const now = this.now();
     this.dropExpired(now);
     const found = this.records.get(name);
-    if (found !== undefined) return Promise.resolve(found.value);
+    if (found !== undefined) return found.value;
     if (
       this.records.size >= this.maxRecords ||
       this.characters + claim.length > this.maxCharacters
     ) {
-      return Promise.reject(new IdempotencyStoreError('full'));
+      throw new IdempotencyStoreError('full');
     }
     this.write(name, claim, now + ttlMs);
-    return Promise.resolve(undefined);
+    return undefined;
   }
 
-  settle(name: string, claim: string, record: string, ttlMs: number): Promise<boolean> {
+  /** `settle()` in one synchronous step; throws where it rejects. */
+  settleNow(name: string, claim: string, record: string, ttlMs: number): boolean {
     const now = this.now();
     this.dropExpired(now);
-    if (this.records.get(name)?.value !== claim) return Promise.resolve(false);
+    if (this.records.get(name)?.value !== claim) return false;
     this.remove(name);
     if (this.characters + record.length > this.maxCharacters) {
       // The claim stays: its retries are refused as of unknown outcome, never forwarded again.
       this.write(name, claim, now + ttlMs);
-      return Promise.reject(new IdempotencyStoreError('full'));
+      throw new IdempotencyStoreError('full');
     }
     this.write(name, record, now + ttlMs);
-    return Promise.resolve(true);
+    return true;
   }
 
-  release(name: string, claim: string): Promise<void> {
+  /** `release()` in one synchronous step. */
+  releaseNow(name: string, claim: string): void {
     if (this.records.get(name)?.value === claim) this.remove(name);
-    return Promise.resolve();
   }
 
   private write(name: string, value: string, expiresAt: number): void {

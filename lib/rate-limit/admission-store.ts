@@ -1,7 +1,9 @@
+import type { HostClient } from '../host/host-client';
 import {
   checkOptions,
   isFunction,
   LIMITER_REDIS,
+  objectWith,
   type OptionChecks,
   required,
   wholeNumber,
@@ -34,7 +36,9 @@ import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
  * - In memory (no Redis, or Redis unusable): the same check in one synchronous step over each
  *   scope's local windows (`RollingWindows` or `CompactMemoryStore`); while Redis is unusable
  *   the local count is multiplied by `expectedInstances`, so N gateways admit about one limit
- *   between them.
+ *   between them. With a `host`, those windows are the host thread's, shared by every worker
+ *   thread of the process: each in-memory operation is sent there and runs there in one
+ *   synchronous step (`admitLocal()`, `peekLocal()`), so the workers count as one instance.
  * - Keys seen full (count at their limit) are remembered with that count until they next have
  *   room (their oldest admission leaves a rolling window; a fixed window ends), and refused
  *   without asking Redis while the limit asked for is not above the count: the limit is the
@@ -47,6 +51,9 @@ import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
  * (rate-limit-redis) counts refused requests too and takes one script call per scope, so it can
  * neither keep a refusal from spending the other limits nor check several limits in one round trip.
  */
+
+/** The IPv4 prefix of a scope that names none. */
+const DEFAULT_IPV4_KEY_PREFIX = 'ip:';
 
 /** A key seen full: a count it holds at least until `until`, and when it next has room. */
 interface Full {
@@ -88,7 +95,7 @@ export class LocalCounters {
     readonly rolling: boolean,
     private readonly maxFullKeys: number,
     private readonly now: () => number,
-    ipv4KeyPrefix = 'ip:',
+    ipv4KeyPrefix = DEFAULT_IPV4_KEY_PREFIX,
   ) {
     this.prefix = rolling ? `${prefix}rolling:` : prefix;
     this.flags = rolling ? 'r' : '';
@@ -182,6 +189,12 @@ export interface AdmissionStoreOptions {
   /** Keys remembered as full per scope, at most. Defaults to 100 000. */
   readonly maxFullKeys?: number | undefined;
   readonly now?: (() => number) | undefined;
+  /**
+   * Keeps the in-memory counts on the host thread, shared with the other workers of the process;
+   * the host's counters run on the host's own clock. Redis, when usable, is asked as without it.
+   * `shutdown()` leaves the host's counters to the others; `HostState.close()` ends them.
+   */
+  readonly host?: HostClient | undefined;
 }
 
 const DEFAULT_MAX_FULL_KEYS = 100_000;
@@ -200,6 +213,7 @@ const ADMISSION_STORE_OPTION_CHECKS: OptionChecks<AdmissionStoreOptions> = {
   expectedInstances: wholeNumber(1),
   maxFullKeys: wholeNumber(1),
   now: isFunction,
+  host: objectWith('a HostClient', ['admit', 'peek', 'registerCounters']),
 };
 
 export class AdmissionStore {
@@ -209,6 +223,7 @@ export class AdmissionStore {
   private readonly now: () => number;
   private readonly shared: Shared | undefined;
   private readonly counters: LocalCounters[] = [];
+  private readonly host: HostClient | undefined;
 
   constructor(options: AdmissionStoreOptions) {
     checkOptions('AdmissionStore', options, ADMISSION_STORE_OPTION_CHECKS);
@@ -216,6 +231,7 @@ export class AdmissionStore {
     this.expectedInstances = options.expectedInstances ?? 1;
     this.maxFullKeys = options.maxFullKeys ?? DEFAULT_MAX_FULL_KEYS;
     this.now = options.now ?? Date.now;
+    this.host = options.host;
     const { redis } = options;
     if (redis !== undefined) {
       const send = redisCommandFn(redis.client);
@@ -234,15 +250,24 @@ export class AdmissionStore {
    * store's length unless `options` say otherwise.
    */
   countersFor(prefix: string, options: CountersOptions = {}): LocalCounters {
+    const windowMs = options.windowMs ?? this.windowMs;
+    const rolling = options.rolling ?? false;
     const counters = new LocalCounters(
       prefix,
-      options.windowMs ?? this.windowMs,
-      options.rolling ?? false,
+      windowMs,
+      rolling,
       this.maxFullKeys,
       this.now,
       options.ipv4KeyPrefix,
     );
     this.counters.push(counters);
+    // Made here first, so the host is only ever sent a scope this thread could make.
+    this.host?.registerCounters(counters, {
+      prefix,
+      windowMs,
+      rolling,
+      ipv4KeyPrefix: options.ipv4KeyPrefix ?? DEFAULT_IPV4_KEY_PREFIX,
+    });
     return counters;
   }
 
@@ -251,7 +276,9 @@ export class AdmissionStore {
     const readings = requests.map(emptyReading);
     const shared = this.shared;
     if (shared === undefined) {
-      return { refusedAt: this.admitLocal(requests, readings, 1), readings };
+      if (this.host === undefined)
+        return { refusedAt: admitLocal(requests, readings, 1), readings };
+      return { refusedAt: await this.host.admit(requests, readings, 1), readings };
     }
     const known = this.knownFull(requests, readings);
     if (known >= 0) return { refusedAt: known, readings };
@@ -263,7 +290,11 @@ export class AdmissionStore {
     // late, so a key is refused from memory only until its reset counted from the call.
     let late = 0;
     if (reply === undefined) {
-      refusedAt = this.admitLocal(requests, readings, this.expectedInstances);
+      const scale = this.expectedInstances;
+      refusedAt =
+        this.host === undefined
+          ? admitLocal(requests, readings, scale)
+          : await this.host.admit(requests, readings, scale);
     } else {
       refusedAt = Number(reply[0]) - 1;
       const clock = Number(reply[1]);
@@ -286,7 +317,9 @@ export class AdmissionStore {
       this.readReply(reply, 0, requests, readings);
       return readings;
     }
-    this.peekLocal(requests, readings, shared === undefined ? 1 : this.expectedInstances);
+    const scale = shared === undefined ? 1 : this.expectedInstances;
+    if (this.host === undefined) peekLocal(requests, readings, scale);
+    else await this.host.peek(requests, readings, scale);
     return readings;
   }
 
@@ -307,13 +340,16 @@ export class AdmissionStore {
         counter.prefix + key,
         counter.flags,
       ));
-    if (!sent) counter.memory.decrement(key);
+    if (sent) return;
+    if (this.host === undefined) counter.memory.decrement(key);
+    else await this.host.decrement(counter, key);
   }
 
   /** Forgets every count of `key`: in memory, and in Redis when usable. */
   async reset(counter: LocalCounters, key: string): Promise<void> {
     counter.forget(key);
-    counter.memory.resetKey(key);
+    if (this.host === undefined) counter.memory.resetKey(key);
+    else await this.host.reset(counter, key);
     const shared = this.shared;
     if (shared !== undefined) await this.send(shared, 'DEL', counter.prefix + key);
   }
@@ -331,58 +367,8 @@ export class AdmissionStore {
     }
   }
 
-  /** Reads the local counts into `readings`, each scaled by `scale`, counting nothing. */
-  private peekLocal(
-    requests: readonly CounterRequest[],
-    readings: CounterReading[],
-    scale: number,
-  ): void {
-    for (let i = 0; i < requests.length; i++) {
-      const request = requests[i];
-      const reading = readings[i];
-      if (request === undefined || reading === undefined) continue;
-      request.counter.memory.peek(request.key, reading);
-      reading.count *= scale;
-    }
-  }
-
   shutdown(): void {
     for (const counters of this.counters) counters.shutdown();
-  }
-
-  /**
-   * The local check in one synchronous step, each count scaled by `scale`: the index of the first
-   * enforced counter without room, or -1 after counting in every counter that has room.
-   */
-  private admitLocal(
-    requests: readonly CounterRequest[],
-    readings: CounterReading[],
-    scale: number,
-  ): number {
-    this.peekLocal(requests, readings, scale);
-    let refusedAt = -1;
-    for (let i = 0; i < requests.length; i++) {
-      const request = requests[i];
-      const reading = readings[i];
-      if (request === undefined || reading === undefined) continue;
-      if (reading.count + scale > request.limit) {
-        reading.count += scale;
-        // Room again once the local count is at most what the scaled limit leaves.
-        const keep = Math.floor(request.limit / scale) - 1;
-        reading.resetAt = request.counter.memory.freeAt(request.key, keep);
-        if (refusedAt < 0 && request.enforced) refusedAt = i;
-      }
-    }
-    if (refusedAt >= 0) return refusedAt;
-    for (let i = 0; i < requests.length; i++) {
-      const request = requests[i];
-      const reading = readings[i];
-      if (request === undefined || reading === undefined) continue;
-      if (reading.count > request.limit) continue;
-      request.counter.memory.hit(request.key, reading, Math.ceil(request.limit / scale));
-      reading.count *= scale;
-    }
-    return -1;
   }
 
   /** The first enforced request whose key is known full under its limit, with its reading. */
@@ -478,6 +464,69 @@ export class AdmissionStore {
       reading.resetAt = now + (ttl >= 0 ? ttl : windowMs);
     });
   }
+}
+
+/** What the local check reads of one counter a request meets: its windows, key and limit. */
+export interface LocalCounterRequest {
+  readonly counter: { readonly memory: LocalWindows };
+  readonly key: string;
+  readonly limit: number;
+  readonly enforced: boolean;
+}
+
+/**
+ * Reads the local counts into `readings`, each scaled by `scale`, counting nothing. Runs where the
+ * windows live: in this thread, or on the host thread for the workers that share its counters.
+ */
+export function peekLocal(
+  requests: readonly LocalCounterRequest[],
+  readings: CounterReading[],
+  scale: number,
+): void {
+  for (let i = 0; i < requests.length; i++) {
+    const request = requests[i];
+    const reading = readings[i];
+    if (request === undefined || reading === undefined) continue;
+    request.counter.memory.peek(request.key, reading);
+    reading.count *= scale;
+  }
+}
+
+/**
+ * The local check in one synchronous step, each count scaled by `scale`: the index of the first
+ * enforced counter without room, or -1 after counting in every counter that has room. Nothing
+ * else runs between its reads and its counts, so it is exact for every caller of the windows'
+ * thread.
+ */
+export function admitLocal(
+  requests: readonly LocalCounterRequest[],
+  readings: CounterReading[],
+  scale: number,
+): number {
+  peekLocal(requests, readings, scale);
+  let refusedAt = -1;
+  for (let i = 0; i < requests.length; i++) {
+    const request = requests[i];
+    const reading = readings[i];
+    if (request === undefined || reading === undefined) continue;
+    if (reading.count + scale > request.limit) {
+      reading.count += scale;
+      // Room again once the local count is at most what the scaled limit leaves.
+      const keep = Math.floor(request.limit / scale) - 1;
+      reading.resetAt = request.counter.memory.freeAt(request.key, keep);
+      if (refusedAt < 0 && request.enforced) refusedAt = i;
+    }
+  }
+  if (refusedAt >= 0) return refusedAt;
+  for (let i = 0; i < requests.length; i++) {
+    const request = requests[i];
+    const reading = readings[i];
+    if (request === undefined || reading === undefined) continue;
+    if (reading.count > request.limit) continue;
+    request.counter.memory.hit(request.key, reading, Math.ceil(request.limit / scale));
+    reading.count *= scale;
+  }
+  return -1;
 }
 
 function emptyReading(): CounterReading {
