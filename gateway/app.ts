@@ -8,6 +8,7 @@ import {
   type ScopeDefinition,
   type SecurityEvent,
   type RateLimitState,
+  type ThreadLink,
   type TokenService,
   tollgate,
   type IdempotencyEvent,
@@ -90,6 +91,8 @@ export interface AppOptions {
 
 /** What the threads serving one port share, as one app sees it. */
 export interface AppHost {
+  /** This thread's share of the limits, idempotency records and failure budget of the host. */
+  readonly threads: ThreadLink;
   /** Why the other threads are not ready: `/readyz` is ready only when every thread is. */
   readonly peersNotReady: () => readonly string[];
 }
@@ -198,6 +201,7 @@ export function createApp(options: AppOptions): GatewayApp {
       },
     },
     untracedPaths: options.traceProbes === true ? [] : PROBE_PATHS,
+    threads: options.host?.threads,
     traceSteps: options.traceSteps === true,
     onDecision: (event) => {
       const rateLimits = gate.rateLimitState();

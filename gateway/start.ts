@@ -7,6 +7,7 @@ import {
   type KeyDirectory,
   type KeyStore,
   type Logger,
+  type ThreadLink,
   TokenService,
 } from '../lib';
 import { PgKeyStore } from '../lib/entry/postgres';
@@ -68,6 +69,8 @@ export interface WorkerRole {
   readonly demoCredentials: readonly DemoCredential[] | undefined;
   /** The keys file's ring, loaded once by the main thread, in shared memory. */
   readonly keysTable: PackedTable | undefined;
+  /** What the workers count together: limits and idempotency records, the failure budget. */
+  readonly threads: ThreadLink;
   /** Why the other workers are not ready: `/readyz` is ready only when every worker is. */
   readonly peersNotReady: () => readonly string[];
 }
@@ -127,7 +130,10 @@ export async function startGateway(
       config.secretScanning === undefined || databaseStore === undefined
         ? undefined
         : { config: config.secretScanning, writer: databaseStore },
-    host: worker === undefined ? undefined : { peersNotReady: worker.peersNotReady },
+    host:
+      worker === undefined
+        ? undefined
+        : { threads: worker.threads, peersNotReady: worker.peersNotReady },
   });
 
   const reloadKeys = fileReloader(logger, (outcome) => {

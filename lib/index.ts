@@ -28,6 +28,9 @@ export {
   ConfigurationError,
 } from './errors';
 
+// What the worker threads of one process share, so that their gates count as one.
+export { ThreadShare, type ThreadLink, type ThreadShareOptions } from './host/thread-share';
+
 // The factory and its options.
 export {
   tollgate,

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
-import { ConfigurationError, type Logger } from '../../lib';
+import { ConfigurationError, type Logger, ThreadShare } from '../../lib';
 import { loadSharedFileKeyStore, type PackedTable } from '../../lib/internal';
 import { GATEWAY_LIMIT_SCOPES } from '../keys-cli/limit-scopes';
 import type { GatewayConfig } from '../config';
@@ -120,6 +120,12 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
   let stopping = false;
   let nextId = 1;
 
+  // Limits and idempotency records in memory, and the failure budget, counted once for the host.
+  const share = new ThreadShare({
+    authFailureLimit: config.limits.authFailures,
+    windowMs: config.limits.windowMs,
+  });
+
   const workerStart = (index: number): WorkerStart => ({
     config,
     index,
@@ -127,13 +133,18 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
     secret,
     demoCredentials,
     keysTable,
+    threads: share.link(),
     readySlots,
   });
 
   /** Starts the slot's thread; resolves once it listens, rejects when it cannot start. */
   const spawn = (slot: Slot): Promise<string> =>
     new Promise((resolve, reject) => {
-      const thread = new Worker(workerScript(), { workerData: workerStart(slot.index) });
+      const workerData = workerStart(slot.index);
+      const thread = new Worker(workerScript(), {
+        workerData,
+        transferList: [workerData.threads.port],
+      });
       slot.thread = thread;
       slot.startedAt = Date.now();
       slot.report = undefined;
@@ -290,6 +301,7 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
     url = urls[0] ?? '';
   } catch (error) {
     await stopWorkers(0);
+    share.close();
     if (stub !== undefined) await drain(stub.server, 0);
     await keys?.databaseStore?.close();
     throw error;
@@ -343,6 +355,7 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
     reloadKeys: () => (reloadOwnKeys === undefined ? Promise.resolve(true) : reloadOwnKeys()),
     stop: async (drainMs = 10_000) => {
       await Promise.all([stopWorkers(drainMs), admin?.stop(drainMs)]);
+      share.close();
       await keys?.databaseStore?.close();
       if (stub !== undefined) await drain(stub.server, 1000);
     },

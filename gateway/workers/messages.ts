@@ -5,6 +5,7 @@ import type { ScopeUsage } from '../../lib/entry/core';
 import type { GatewayConfig } from '../config';
 import type { DemoCredential } from '../demo-keys';
 import type { PackedTable } from '../../lib/internal';
+import type { ThreadLink } from '../../lib';
 
 /**
  * What the main thread and the worker threads of one gateway say to each other. Every message is
@@ -21,6 +22,8 @@ export interface WorkerStart {
   readonly demoCredentials: readonly DemoCredential[] | undefined;
   /** The keys file's ring in force, in shared memory: every worker serves the same bytes. */
   readonly keysTable: PackedTable | undefined;
+  /** The host's share of limits, idempotency records and the failure budget (its port transferred). */
+  readonly threads: ThreadLink;
   /** One slot per worker: 1 while that worker is ready, 0 otherwise. */
   readonly readySlots: SharedArrayBuffer;
 }

@@ -33,6 +33,7 @@ if (port !== null) {
       secret: start.secret,
       demoCredentials: start.demoCredentials,
       keysTable: start.keysTable,
+      threads: start.threads,
       peersNotReady: () => peersNotReady(slots, start.index),
     },
   }).then(

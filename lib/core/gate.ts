@@ -26,6 +26,7 @@ import {
   oneOf,
   type OptionChecks,
   required,
+  THREAD_LINK,
   TOKEN_SERVICE,
   wholeNumber,
 } from '../options';
@@ -60,6 +61,9 @@ import {
   type ScopeUsage,
 } from './limits';
 import { AdmissionStore } from '../rate-limit/admission-store';
+import { HostClient } from '../host/host-client';
+import { HostIdempotencyStore } from '../host/host-idempotency-store';
+import type { ThreadLink } from '../host/thread-share';
 import {
   DEFAULT_IDEMPOTENCY_TTL_SECONDS,
   DEFAULT_MAX_ANSWER_BYTES,
@@ -74,6 +78,7 @@ import {
   MIN_MAX_ANSWER_BYTES,
 } from './idempotency';
 import {
+  type IdempotencyStore,
   type IdempotencyStoreState,
   MemoryIdempotencyStore,
   RedisIdempotencyStore,
@@ -171,6 +176,14 @@ export interface GateOptions<S extends Scopes = Scopes> {
    * recorded, serialised and sent for every sampled request.
    */
   readonly traceSteps?: boolean | undefined;
+  /**
+   * This gate's share of what the worker threads of its process count together
+   * (`ThreadShare#link()`, made on the main thread): limits and idempotency records kept in memory
+   * count once for the process, and its failed-authentication budget is one budget whatever thread
+   * a guess reaches. Give every thread's gate the same options. Defaults to none: this thread
+   * counts alone.
+   */
+  readonly threads?: ThreadLink | undefined;
 }
 
 /** The gate's idempotent requests: the secret their records are sealed under, and their bounds. */
@@ -368,6 +381,7 @@ export const GATE_OPTION_CHECKS: OptionChecks<GateOptions> = {
   permissions: isStringList,
   idempotency: isObject,
   traceSteps: isBoolean,
+  threads: THREAD_LINK,
 };
 
 const SHADOW_OPTION_CHECKS: OptionChecks<ShadowOptions> = {
@@ -466,7 +480,8 @@ export function buildGate<S extends Scopes>(
   const prefix = options.redisPrefix ?? DEFAULT_PREFIX;
   // One store for every scope, so a request meeting several is admitted in one step, and for the
   // failure budget: one fallback and one health signal for every counter of the gate.
-  const store = new AdmissionStore({ windowMs, redis: options.redis, expectedInstances });
+  const host = options.threads === undefined ? undefined : new HostClient(options.threads.port);
+  const store = new AdmissionStore({ windowMs, redis: options.redis, expectedInstances, host });
   const scopes = new Map<string, ScopeCounter>();
   for (const [name, definition] of Object.entries(options.scopes)) {
     scopes.set(
@@ -488,6 +503,7 @@ export function buildGate<S extends Scopes>(
     redis: options.redis,
     prefix,
     expectedInstances,
+    sharedFailures: options.threads?.failures,
   });
   const shadowScopes = new Set(options.shadow?.scopes ?? []);
   for (const name of shadowScopes) {
@@ -504,10 +520,7 @@ export function buildGate<S extends Scopes>(
       : new IdempotencyRule({
           secret: options.idempotency.secret,
           // Shared when limits are: a per-instance fallback could forward a retry twice.
-          store:
-            options.redis === undefined
-              ? new MemoryIdempotencyStore({ maxRecords: options.idempotency.maxRecords })
-              : new RedisIdempotencyStore({ redis: options.redis, prefix }),
+          store: idempotencyStore(options.idempotency, options.redis, prefix, host),
           ttlSeconds: options.idempotency.ttlSeconds ?? DEFAULT_IDEMPOTENCY_TTL_SECONDS,
           maxAnswerBytes: options.idempotency.maxAnswerBytes ?? DEFAULT_MAX_ANSWER_BYTES,
           inFlightSeconds: options.idempotency.inFlightSeconds,
@@ -770,9 +783,31 @@ export function buildGate<S extends Scopes>(
     // The failure budget counts in `store` too.
     close: () => {
       store.shutdown();
+      host?.close();
     },
     authFailures,
   };
+}
+
+/**
+ * Where idempotency records live: Redis when given; else the process's main thread when the gate
+ * is one of several threads; else this thread's memory.
+ */
+function idempotencyStore(
+  options: IdempotencyOptions,
+  redis: LimiterRedis | undefined,
+  prefix: string,
+  host: HostClient | undefined,
+): IdempotencyStore {
+  if (redis !== undefined) return new RedisIdempotencyStore({ redis, prefix });
+  if (host !== undefined) {
+    return new HostIdempotencyStore({
+      host,
+      name: `${prefix}idempotency`,
+      maxRecords: options.maxRecords,
+    });
+  }
+  return new MemoryIdempotencyStore({ maxRecords: options.maxRecords });
 }
 
 /** The key lookup's span: who the credential is, never the credential. */

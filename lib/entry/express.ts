@@ -44,7 +44,3 @@ export {
   type BudgetNext,
   type AttemptCallback,
 } from '../rate-limit/auth-failures';
-export {
-  createFailureBudgetBuffer,
-  type FailureBudgetBufferOptions,
-} from '../rate-limit/shared-failure-log';

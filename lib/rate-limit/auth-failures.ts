@@ -53,9 +53,10 @@ export interface AuthFailureLimiterOptions {
    */
   maxTrackedIps?: number;
   /**
-   * The buffer of `createFailureBudgetBuffer()` (made with this `limit` and `windowMs`) that the
-   * worker threads of this process share: their failures count together, as one instance's do.
-   * Its own capacity replaces `maxTrackedIps`. Without it, this thread counts alone.
+   * The failure budget the worker threads of this process share: the `failures` of a
+   * `ThreadShare` link (made with this `limit` as its `authFailureLimit`, and this `windowMs`).
+   * Their failures count together, as one instance's do; its own capacity replaces
+   * `maxTrackedIps`. Without it, this thread counts alone.
    */
   sharedFailures?: SharedArrayBuffer | undefined;
   now?: () => number;

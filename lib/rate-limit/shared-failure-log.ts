@@ -66,6 +66,11 @@ const DEFAULT_MAX_TRACKED_IPS = 100_000;
 const SPINS = 64;
 /** How long a waiting thread sleeps before it looks at the lock again, in milliseconds. */
 const WAIT_MS = 2;
+/**
+ * A lock waited for this long is taken over: its holder is taken to have ended while holding it
+ * (a thread stopped in the middle of a step), since a step holds it for microseconds.
+ */
+export const STALE_LOCK_MS = 1000;
 
 export interface FailureBudgetBufferOptions {
   /** The failure budget's `limit`: failures allowed per IP per window. */
@@ -177,7 +182,7 @@ export class SharedFailureLog implements FailureLog {
       throw new ConfigurationError(
         `sharedFailures: the buffer was made for limit ${made.limit} and windowMs ` +
           `${made.windowMs}, and this budget counts limit ${shape.limit} in windowMs ` +
-          `${shape.windowMs}: make it with createFailureBudgetBuffer() from the same limit and windowMs`,
+          `${shape.windowMs}: make the ThreadShare with the same authFailureLimit and windowMs`,
       );
     }
     if (shape.maxTrackedIps !== undefined && shape.maxTrackedIps !== tracked) {
@@ -195,8 +200,8 @@ export class SharedFailureLog implements FailureLog {
       buffer.byteLength !== geometry.byteLength
     ) {
       throw new ConfigurationError(
-        'sharedFailures: the buffer is not laid out as createFailureBudgetBuffer() of this ' +
-          'version lays it out: make it with this version',
+        'sharedFailures: the buffer is not laid out as a ThreadShare of this version lays it ' +
+          'out: make it with this version',
       );
     }
     this.bytes = new Uint8Array(buffer);
@@ -426,16 +431,14 @@ function keyLength(kind: number): number {
 /** The header of a buffer made by `createFailureBudgetBuffer()`; a `ConfigurationError` if not. */
 function headerOf(buffer: unknown): Uint32Array {
   if (Object.prototype.toString.call(buffer) !== '[object SharedArrayBuffer]') {
-    throw new ConfigurationError(
-      'sharedFailures: expected the SharedArrayBuffer of createFailureBudgetBuffer()',
-    );
+    throw new ConfigurationError('sharedFailures: expected the failures of a ThreadShare link');
   }
   const shared = buffer as SharedArrayBuffer;
   const header =
     shared.byteLength >= HEADER_BYTES ? new Uint32Array(shared, 0, HEADER_BYTES / 4) : undefined;
   if (header?.[H_MAGIC] !== MAGIC || header[H_VERSION] !== VERSION) {
     throw new ConfigurationError(
-      'sharedFailures: the buffer was not made by createFailureBudgetBuffer() of this version',
+      'sharedFailures: the buffer was not made by a ThreadShare of this version',
     );
   }
   return header;
@@ -445,7 +448,8 @@ function headerOf(buffer: unknown): Uint32Array {
  * Takes the lock at `words[index]`: 0 is free, 1 held, 2 held with threads (maybe) waiting. A
  * thread spins a little, the holder being a few microseconds from done, then sleeps in
  * `Atomics.wait`, woken by the release or after `WAIT_MS`, and marks the lock 2 so that the
- * holder wakes it.
+ * holder wakes it. After `STALE_LOCK_MS` it takes the lock as it is: a holder that ended holding
+ * it would otherwise stop every thread that meets that bucket, for good.
  */
 function lock(words: Int32Array, index: number): void {
   let state = Atomics.compareExchange(words, index, 0, 1);
@@ -457,7 +461,9 @@ function lock(words: Int32Array, index: number): void {
     }
   }
   if (state !== 2) state = Atomics.exchange(words, index, 2);
+  const staleAt = performance.now() + STALE_LOCK_MS;
   while (state !== 0) {
+    if (performance.now() > staleAt) return;
     Atomics.wait(words, index, 2, WAIT_MS);
     state = Atomics.exchange(words, index, 2);
   }

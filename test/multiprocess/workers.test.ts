@@ -1,7 +1,8 @@
+import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { Socket } from 'node:net';
-import { loadConfig } from '../../gateway/config';
+import { DEFAULT_LIMITS, loadConfig } from '../../gateway/config';
 import { type RunningHost, startHost } from '../../gateway/workers/host';
 import { captureLogs } from '../helpers/logs';
 import { portSharing, currentPlatform } from '../../gateway/workers/plan';
@@ -14,6 +15,7 @@ import {
   hammer,
   type KeysFile,
   requestOnce,
+  type RequestSpec,
   startGatewayProcess,
   statusCounts,
   stopAll,
@@ -32,6 +34,9 @@ import { docBlock } from '../helpers/doc-blocks';
 const sharing = portSharing(currentPlatform());
 const WORKERS = 2;
 const CONCURRENCY = 16;
+const TRANSACTIONS = '/api/v1/transactions/';
+const PAYOUTS = '/api/v1/payouts/';
+const WALLETS = '/api/v1/wallets/';
 
 if (!sharing.ok) {
   describe('TOLLGATE_WORKERS where threads cannot share a port', () => {
@@ -138,6 +143,93 @@ if (!sharing.ok) {
       expect(Number(allowed?.[1])).toBe(200);
       // The process's own metrics, once.
       expect(text.match(/^process_cpu_user_seconds_total /gm)).toHaveLength(1);
+    });
+
+    it('admits exactly the per-account limit whatever worker each request reaches', async () => {
+      const limit = DEFAULT_LIMITS.authenticated;
+      const { level3 } = keys.fixtures.keys;
+      upstream.reset();
+      const answers = await hammer(3 * limit, CONCURRENCY, () => ({
+        url: gateway.url,
+        path: TRANSACTIONS,
+        headers: { authorization: `Bearer ${level3.secretKey}` },
+      }));
+      expect(statusCounts(answers)).toEqual({ 200: limit, 429: 2 * limit });
+      expect(upstream.requests.filter((request) => request.url === TRANSACTIONS)).toHaveLength(
+        limit,
+      );
+      await waitUntil(() => workersServing(TRANSACTIONS).size === WORKERS, 2000);
+    });
+
+    it('compares at most the failure budget per client address, whatever worker a guess reaches', async () => {
+      const answers = await hammer(3 * DEFAULT_LIMITS.authFailures, CONCURRENCY, (index) => ({
+        url: gateway.url,
+        path: WALLETS,
+        headers: {
+          authorization: `Bearer sk_test_wrong_${String(index).padStart(40, '0')}`,
+          'x-forwarded-for': '203.0.113.77',
+        },
+      }));
+      expect(statusCounts(answers)).toEqual({
+        401: DEFAULT_LIMITS.authFailures,
+        429: 2 * DEFAULT_LIMITS.authFailures,
+      });
+      const guesses = (): unknown[] =>
+        gateway
+          .events('http.request')
+          .filter((line) => line.client_ip === '203.0.113.77')
+          .map((line) => line.worker);
+      await waitUntil(() => new Set(guesses()).size === WORKERS, 2000);
+    });
+
+    it('forwards a payout once when its retries reach every worker at once', async () => {
+      const { admin } = keys.fixtures.keys;
+      const payout = (): RequestSpec => ({
+        url: gateway.url,
+        method: 'POST',
+        path: PAYOUTS,
+        headers: { authorization: `Bearer ${admin.secretKey}`, 'idempotency-key': key },
+        body: { amount: 1250, currency: 'EUR', destination: 'acct_dest_1' },
+      });
+      const key = `payout-${randomUUID()}`;
+      // The upstream holds the first payout's answer until the 19 others are answered.
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const safety = setTimeout(release, 8000);
+      upstream.reset();
+      upstream.respond = (_request, res) => {
+        void held.then(() => {
+          res.writeHead(201, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ id: `po_${randomUUID()}` }));
+        });
+      };
+      let answered = 0;
+      let releasedEarly = false;
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, () =>
+          requestOnce(payout()).then((answer) => {
+            answered += 1;
+            if (answered === 19) {
+              releasedEarly = true;
+              release();
+            }
+            return answer;
+          }),
+        ),
+      );
+      clearTimeout(safety);
+      expect(releasedEarly).toBe(true);
+      expect(statusCounts(answers)).toEqual({ 201: 1, 409: 19 });
+      expect(upstream.requests.filter((request) => request.url === PAYOUTS)).toHaveLength(1);
+      // A retry after the answer, whatever worker it reaches, gets the first answer back.
+      const retries = await hammer(8, 8, payout);
+      expect(statusCounts(retries)).toEqual({ 201: 8 });
+      for (const retry of retries) expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(upstream.requests.filter((request) => request.url === PAYOUTS)).toHaveLength(1);
+      await waitUntil(() => workersServing(PAYOUTS).size === WORKERS, 2000);
+      upstream.reset();
     });
 
     it('reloads the keys file in every worker on one SIGHUP', async () => {

@@ -28,7 +28,6 @@ const {
   authenticate,
   authenticateKeyPair,
   createAuthFailureLimiter,
-  createFailureBudgetBuffer,
   createGate,
   createLimiterRedis,
   createPathRedactor,
@@ -43,6 +42,7 @@ const {
   PgKeyStore,
   refuseQueryCredentials,
   requireWhitelistedIp,
+  ThreadShare,
   TokenService,
   tollgate,
   TollgateStore,
@@ -269,12 +269,14 @@ const CASES: readonly Case[] = [
     optional: true,
   },
   {
-    where: 'createFailureBudgetBuffer()',
-    call: (options) => createFailureBudgetBuffer(options as never),
-    valid: { limit: 5, windowMs: 60_000, maxTrackedIps: 64 },
+    where: 'ThreadShare',
+    call: (options) => {
+      new ThreadShare(options as never).close();
+    },
+    valid: { authFailureLimit: 5, windowMs: 60_000, maxTrackedIps: 64 },
     misspelt: 'windowMS',
     wrongType: ['maxTrackedIps', '64'],
-    required: 'limit',
+    optional: true,
   },
   {
     where: 'TollgateStore',
@@ -407,7 +409,7 @@ const COVERED: ReadonlySet<string> = new Set([
   'PgKeyStore',
   'TokenService',
   'createAuthFailureLimiter',
-  'createFailureBudgetBuffer',
+  'ThreadShare',
   'TollgateStore',
   'createLimiterRedis',
   'authenticate',

@@ -2,6 +2,7 @@ import { AuthenticationError, ConfigurationError, RateLimitedError } from '../..
 import { createAuthFailureLimiter } from '../../../lib/rate-limit/auth-failures';
 import {
   createFailureBudgetBuffer,
+  STALE_LOCK_MS,
   SharedFailureLog,
   WAYS,
 } from '../../../lib/rate-limit/shared-failure-log';
@@ -146,10 +147,10 @@ describe('opening a shared buffer', () => {
     }).shutdown();
   });
 
-  it('refuses what createFailureBudgetBuffer() did not make, or a layout it does not make', () => {
+  it('refuses a buffer a ThreadShare did not make, or a layout it does not make', () => {
     const shape = { limit: 5, windowMs: WINDOW_MS };
     expect(() => new SharedFailureLog(new SharedArrayBuffer(4096), shape)).toThrow(
-      /not made by createFailureBudgetBuffer\(\)/,
+      /not made by a ThreadShare of this version/,
     );
     expect(() => new SharedFailureLog(new SharedArrayBuffer(8), shape)).toThrow(ConfigurationError);
     const resized = createFailureBudgetBuffer({ ...shape, maxTrackedIps: 64 });
@@ -157,7 +158,7 @@ describe('opening a shared buffer', () => {
     expect(() => new SharedFailureLog(resized, shape)).toThrow(/not laid out/);
     expect(() =>
       createAuthFailureLimiter({ ...shape, sharedFailures: new ArrayBuffer(64) as never }),
-    ).toThrow('sharedFailures must be a SharedArrayBuffer of createFailureBudgetBuffer()');
+    ).toThrow('sharedFailures must be a SharedArrayBuffer of a ThreadShare link (its failures)');
   });
 
   it('refuses to make a buffer past its largest size, or without a limit and window', () => {
@@ -218,6 +219,34 @@ describe('the locks of the shared buffer', () => {
     expect(outcomes[4]).toBeInstanceOf(RateLimitedError);
     expect(limiter.refusalFor(req)).toBeInstanceOf(RateLimitedError);
     expect(locksOf(buffer)).toEqual([0, 0, 0, 0, 0, 0, 0, 0]);
+    limiter.shutdown();
+  });
+
+  it('are taken over when held past the stale bound, as by a thread that ended holding one', () => {
+    const buffer = createFailureBudgetBuffer({ limit: 2, windowMs: WINDOW_MS, maxTrackedIps: 8 });
+    const locks = new Int32Array(buffer, 64, 1);
+    // Held, and never to be released: its holder is gone.
+    Atomics.store(locks, 0, 1);
+    const limiter = createAuthFailureLimiter({
+      limit: 2,
+      windowMs: WINDOW_MS,
+      sharedFailures: buffer,
+    });
+    const started = performance.now();
+    expect(() =>
+      limiter.attempt({ clientIp: '203.0.113.60' }, () => {
+        throw new AuthenticationError('invalid_api_key');
+      }),
+    ).toThrow(AuthenticationError);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(STALE_LOCK_MS);
+    // Counted, and the lock is free again for everyone.
+    expect([...locks]).toEqual([0]);
+    expect(() =>
+      limiter.attempt({ clientIp: '203.0.113.60' }, () => {
+        throw new AuthenticationError('invalid_api_key');
+      }),
+    ).toThrow(AuthenticationError);
+    expect(limiter.refusalFor({ clientIp: '203.0.113.60' })).toBeInstanceOf(RateLimitedError);
     limiter.shutdown();
   });
 

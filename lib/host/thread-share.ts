@@ -1,0 +1,72 @@
+import type { MessagePort } from 'node:worker_threads';
+import { checkOptions, type OptionChecks, wholeNumber } from '../options';
+import { createFailureBudgetBuffer } from '../rate-limit/shared-failure-log';
+import { DEFAULT_WINDOW_MS, MAX_WINDOW_MS, MIN_WINDOW_MS } from '../rate-limit/window';
+import { DEFAULT_AUTH_FAILURE_LIMIT } from '../rate-limit/auth-failures';
+import { HostState } from './host-state';
+
+export interface ThreadShareOptions {
+  /** The gates' `authFailureLimit`. Defaults to 20. */
+  readonly authFailureLimit?: number | undefined;
+  /** The gates' `windowMs`. Defaults to 60 000. */
+  readonly windowMs?: number | undefined;
+  /** Client addresses whose failures are kept at most. Defaults to 100 000. */
+  readonly maxTrackedIps?: number | undefined;
+}
+
+/**
+ * One worker's share: post it to the worker with `link.port` in the transfer list
+ * (`new Worker(file, { workerData: { link }, transferList: [link.port] })`), and pass it there to
+ * `tollgate({ threads: link })`. Each link serves one worker.
+ */
+export interface ThreadLink {
+  /** The worker's end of its channel to the main thread, which keeps the in-memory counts. */
+  readonly port: MessagePort;
+  /** The failure budget, in memory every thread of the process reads and writes. */
+  readonly failures: SharedArrayBuffer;
+}
+
+const THREAD_SHARE_OPTION_CHECKS: OptionChecks<ThreadShareOptions> = {
+  authFailureLimit: wholeNumber(1),
+  windowMs: wholeNumber(MIN_WINDOW_MS, MAX_WINDOW_MS),
+  maxTrackedIps: wholeNumber(1),
+};
+
+/**
+ * What the worker threads of one process share, so that their gates decide as one: made once on
+ * the main thread, one `link()` handed to each worker, passed there to `tollgate({ threads })`.
+ *
+ * - Limits counted in memory (no Redis, or Redis unusable) and `Idempotency-Key` records kept in
+ *   memory live on the main thread: each worker sends the admissions of one event-loop turn there
+ *   in one message, and the main thread decides each in one step, so a limit admits exactly its
+ *   count whatever thread each request reaches.
+ * - The failed-authentication budget is memory every thread reads and writes under a lock per
+ *   client address: the check, the comparison and the count of a failure happen as one step, so
+ *   the process compares at most the budget per address in any window.
+ *
+ * With Redis, limits and records are Redis's, shared by every process; only the budget's local
+ * step is shared this way. The main thread must stay alive, and responsive, while workers serve.
+ */
+export class ThreadShare {
+  private readonly host = new HostState();
+  private readonly failures: SharedArrayBuffer;
+
+  constructor(options: ThreadShareOptions = {}) {
+    checkOptions('ThreadShare', options, THREAD_SHARE_OPTION_CHECKS);
+    this.failures = createFailureBudgetBuffer({
+      limit: options.authFailureLimit ?? DEFAULT_AUTH_FAILURE_LIMIT,
+      windowMs: options.windowMs ?? DEFAULT_WINDOW_MS,
+      maxTrackedIps: options.maxTrackedIps,
+    });
+  }
+
+  /** A link for one more worker. */
+  link(): ThreadLink {
+    return { port: this.host.connect(), failures: this.failures };
+  }
+
+  /** Closes every link and forgets every count and record. */
+  close(): void {
+    this.host.close();
+  }
+}
