@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { currentPlatform, portSharing } from '../gateway/workers/plan';
@@ -9,11 +10,11 @@ import { runWrk, writeRotatingScript } from './wrk';
 /**
  * `npm run bench:workers`: the gateway on one thread and on two (`TOLLGATE_WORKERS`), both
  * running, loaded in turn with the same load, round after round (the order flips each round, so
- * neither always goes first on a noisy machine): requests per second, and the gateway process's
+ * neither always goes first on a noisy machine): requests per second and the gateway process's
  * CPU time per answer (every thread's), each as the two-thread gateway's over the one-thread
- * gateway's, the median of the rounds. The load is the peer bench's: one wrk thread, 32
- * connections, `GET /api/v1/wallets/` rotating over the secret keys of 1,000 accounts, answered
- * by an upstream that keeps nothing.
+ * gateway's, the median of the rounds; and the two-thread gateway's main thread's CPU per answer
+ * alone. The load is the peer bench's: one wrk thread, 32 connections, `GET /api/v1/wallets/`
+ * rotating over the secret keys of 1,000 accounts, answered by an upstream that keeps nothing.
  *
  * Limits in memory (`memory`) and in Redis (`redis`, BENCH_REDIS_URL or
  * `redis://127.0.0.1:6379/14`), as BENCH_WORKERS_MODES says (both). BENCH_ROUNDS (5),
@@ -25,6 +26,7 @@ const CONNECTIONS = 32;
 const WALLETS = '/api/v1/wallets/';
 const TOKEN_SECRET = 'bench-workers-token-secret-0123456789-abcdefghijklmn';
 const DIST = path.resolve(__dirname, '..');
+const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
 
 type Mode = 'memory' | 'redis';
 
@@ -114,12 +116,27 @@ interface Round {
   readonly rps: number;
   /** Gateway CPU per answer, in µs. */
   readonly cpuUs: number;
+  /** Of it, the main thread's (which decides in-memory limits for the workers), in µs. */
+  readonly mainUs: number;
   readonly errors: number;
+}
+
+/** The CPU time of a process's main thread so far, in seconds (its `/proc` task entry). */
+function mainThreadCpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return 0;
+  try {
+    const stat = readFileSync(`/proc/${pid}/task/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return 0;
+  }
 }
 
 async function measure(gateway: Gateway, script: string, seconds: number): Promise<Round> {
   const pid = gateway.child.process.pid;
   const before = cpuSecondsOf(pid) ?? 0;
+  const mainBefore = mainThreadCpuSeconds(pid);
   const result = await runWrk({
     url: `${gateway.url}${WALLETS}`,
     script,
@@ -128,9 +145,11 @@ async function measure(gateway: Gateway, script: string, seconds: number): Promi
     threads: 1,
   });
   const cpu = (cpuSecondsOf(pid) ?? 0) - before;
+  const main = mainThreadCpuSeconds(pid) - mainBefore;
   return {
     rps: result.requestsPerSecond,
     cpuUs: (cpu * 1e6) / Math.max(1, result.requests),
+    mainUs: (main * 1e6) / Math.max(1, result.requests),
     errors: result.errorStatuses + result.socketErrors,
   };
 }
@@ -170,7 +189,8 @@ async function runMode(
       rounds.push({ one: a, two: b });
       process.stdout.write(
         `${mode} round ${round + 1}: 1 thread ${fmt(a.rps)} req/s, ${fmt(a.cpuUs, 1)} µs CPU/answer; ` +
-          `2 threads ${fmt(b.rps)} req/s, ${fmt(b.cpuUs, 1)} µs CPU/answer` +
+          `2 threads ${fmt(b.rps)} req/s, ${fmt(b.cpuUs, 1)} µs CPU/answer ` +
+          `(main thread ${fmt(b.mainUs, 1)} µs)` +
           (a.errors + b.errors > 0 ? `; ${a.errors + b.errors} errors` : '') +
           '\n',
       );
@@ -181,7 +201,8 @@ async function runMode(
       `${mode}: 2 threads against 1, median of ${rounds.length} rounds: ` +
         `throughput ${fmt(throughput, 2)}x, CPU per answer ${fmt(cpu, 2)}x ` +
         `(1 thread ${fmt(median(rounds.map((r) => r.one.rps)))} req/s, ` +
-        `2 threads ${fmt(median(rounds.map((r) => r.two.rps)))} req/s)\n`,
+        `2 threads ${fmt(median(rounds.map((r) => r.two.rps)))} req/s; ` +
+        `the 2-thread gateway's main thread ${fmt(median(rounds.map((r) => r.two.mainUs)), 1)} µs CPU per answer)\n`,
     );
   } finally {
     await Promise.all([one.child.stop(), two.child.stop()]);

@@ -1,6 +1,6 @@
 import type { MessagePort } from 'node:worker_threads';
 import { checkOptions, type OptionChecks, wholeNumber } from '../options';
-import { createFailureBudgetBuffer } from '../rate-limit/shared-failure-log';
+import { createFailureBudgetBuffer, trackedIpsWithin } from '../rate-limit/shared-failure-log';
 import { DEFAULT_WINDOW_MS, MAX_WINDOW_MS, MIN_WINDOW_MS } from '../rate-limit/window';
 import { DEFAULT_AUTH_FAILURE_LIMIT } from '../rate-limit/auth-failures';
 import { HostState } from './host-state';
@@ -10,7 +10,11 @@ export interface ThreadShareOptions {
   readonly authFailureLimit?: number | undefined;
   /** The gates' `windowMs`. Defaults to 60 000. */
   readonly windowMs?: number | undefined;
-  /** Client addresses whose failures are kept at most. Defaults to 100 000. */
+  /**
+   * Client addresses whose failures are kept at most. Defaults to 100 000, or fewer when the
+   * budget is large: the shared memory holds each address's failure times, and is kept within
+   * 64 MiB: 100 000 addresses up to a budget of 55 failures, 50 000 up to 119, 6 250 at 1 000.
+   */
   readonly maxTrackedIps?: number | undefined;
 }
 
@@ -25,6 +29,10 @@ export interface ThreadLink {
   /** The failure budget, in memory every thread of the process reads and writes. */
   readonly failures: SharedArrayBuffer;
 }
+
+/** The failure budget's shared memory, at most, unless `maxTrackedIps` asks for more. */
+const DEFAULT_BUDGET_BYTES = 64 * 2 ** 20;
+const DEFAULT_MAX_TRACKED_IPS = 100_000;
 
 const THREAD_SHARE_OPTION_CHECKS: OptionChecks<ThreadShareOptions> = {
   authFailureLimit: wholeNumber(1),
@@ -53,10 +61,13 @@ export class ThreadShare {
 
   constructor(options: ThreadShareOptions = {}) {
     checkOptions('ThreadShare', options, THREAD_SHARE_OPTION_CHECKS);
+    const limit = options.authFailureLimit ?? DEFAULT_AUTH_FAILURE_LIMIT;
     this.failures = createFailureBudgetBuffer({
-      limit: options.authFailureLimit ?? DEFAULT_AUTH_FAILURE_LIMIT,
+      limit,
       windowMs: options.windowMs ?? DEFAULT_WINDOW_MS,
-      maxTrackedIps: options.maxTrackedIps,
+      maxTrackedIps:
+        options.maxTrackedIps ??
+        trackedIpsWithin(limit, DEFAULT_BUDGET_BYTES, DEFAULT_MAX_TRACKED_IPS),
     });
   }
 

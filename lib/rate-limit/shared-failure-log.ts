@@ -105,6 +105,19 @@ function geometryOf(limit: number, maxTrackedIps: number): Geometry {
   return { buckets, wayBytes, locksAt, waysAt, byteLength: waysAt + buckets * WAYS * wayBytes };
 }
 
+/**
+ * The most IPs a buffer of at most `bytes` keeps for a budget of `limit`, up to `wanted`: each
+ * way holds up to `limit` failure times, so a large limit leaves room for fewer IPs (never fewer
+ * than one bucket's).
+ */
+export function trackedIpsWithin(limit: number, bytes: number, wanted: number): number {
+  let tracked = wanted;
+  while (tracked > WAYS && geometryOf(limit, tracked).byteLength > bytes) {
+    tracked = Math.floor(tracked / 2);
+  }
+  return Math.max(WAYS, tracked);
+}
+
 function alignTo8(bytes: number): number {
   return Math.ceil(bytes / 8) * 8;
 }
