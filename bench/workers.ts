@@ -18,7 +18,7 @@ import { runWrk, writeRotatingScript } from './wrk';
  *
  * Limits in memory (`memory`) and in Redis (`redis`, BENCH_REDIS_URL or
  * `redis://127.0.0.1:6379/14`), as BENCH_WORKERS_MODES says (both). BENCH_ROUNDS (5),
- * BENCH_DURATION (5 s measured), BENCH_WARMUP (2 s, discarded, once per gateway).
+ * BENCH_DURATION (5 s measured), BENCH_WARMUP (3 s per thread, discarded, once per gateway).
  */
 
 const ACCOUNTS = 1000;
@@ -55,7 +55,7 @@ function settings(): Settings {
     modes,
     rounds: whole('BENCH_ROUNDS', 5),
     duration: whole('BENCH_DURATION', 5),
-    warmup: whole('BENCH_WARMUP', 2),
+    warmup: whole('BENCH_WARMUP', 3),
     redisUrl: process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379/14',
   };
 }
@@ -175,7 +175,11 @@ async function runMode(
   const one = await startGateway(1, { ...env, ...extra, TOLLGATE_REDIS_PREFIX: 'bw1:' });
   const two = await startGateway(2, { ...env, ...extra, TOLLGATE_REDIS_PREFIX: 'bw2:' });
   try {
-    for (const gateway of [one, two]) await measure(gateway, script, options.warmup);
+    // Each thread's code warms up on the requests it gets: a gateway of n threads gets n times
+    // the warm-up, so that each of its threads sees as many as the one thread does.
+    for (const gateway of [one, two]) {
+      await measure(gateway, script, options.warmup * gateway.threads);
+    }
     const rounds: { one: Round; two: Round }[] = [];
     for (let round = 0; round < options.rounds; round++) {
       const order = round % 2 === 0 ? [one, two] : [two, one];

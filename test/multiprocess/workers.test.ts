@@ -32,8 +32,11 @@ import { docBlock } from '../helpers/doc-blocks';
  */
 
 const sharing = portSharing(currentPlatform());
-const WORKERS = 2;
-const CONCURRENCY = 16;
+/**
+ * Keep-alive connections per run of requests: enough that the kernel, which hands each new
+ * connection to one thread at random, leaves no thread without one but once in millions of runs.
+ */
+const connectionsFor = (workers: number): number => (workers <= 2 ? 16 : 64);
 const TRANSACTIONS = '/api/v1/transactions/';
 const PAYOUTS = '/api/v1/payouts/';
 const WALLETS = '/api/v1/wallets/';
@@ -57,7 +60,9 @@ if (!sharing.ok) {
     });
   });
 } else {
-  describe(`the gateway on ${WORKERS} worker threads sharing one port`, () => {
+  describe.each([2, 4])('the gateway on %i worker threads sharing one port', (WORKERS) => {
+    const CONCURRENCY = connectionsFor(WORKERS);
+    const everyWorker = Array.from({ length: WORKERS }, (_, index) => index + 1);
     let upstream: RecordingUpstream;
     let keys: KeysFile;
     let gateway: GatewayProcess;
@@ -103,7 +108,7 @@ if (!sharing.ok) {
           .events('worker.started')
           .map((line) => line.worker)
           .sort(),
-      ).toEqual([1, 2]);
+      ).toEqual(everyWorker);
       const started = gateway.events('gateway.started');
       expect(started).toHaveLength(1);
       expect(started[0]).toMatchObject({ workers: WORKERS, url: gateway.url });
@@ -118,7 +123,7 @@ if (!sharing.ok) {
       }));
       expect(statusCounts(answers)).toEqual({ 200: 200 });
       await waitUntil(() => gateway.events('http.request').length >= 200, 2000);
-      expect(workersServing('/api/v1/wallets/')).toEqual(new Set([1, 2]));
+      expect(workersServing('/api/v1/wallets/')).toEqual(new Set(everyWorker));
     });
 
     it('is ready on both listeners only when every worker is, and sums their metrics', async () => {
@@ -133,9 +138,9 @@ if (!sharing.ok) {
       const metrics = await requestOnce({ url: adminUrl, path: '/metrics' });
       expect(metrics.status).toBe(200);
       const text = String(metrics.body);
-      expect(text).toMatch(/^tollgate_workers 2$/m);
+      expect(text).toMatch(new RegExp(`^tollgate_workers ${WORKERS}$`, 'm'));
       expect(text).toMatch(/^tollgate_ready 1$/m);
-      // Counted by both workers, reported as one sum for the host.
+      // Counted by every worker, reported as one sum for the host.
       const allowed =
         /^tollgate_decisions_total\{route="\/api\/v1\/wallets\/",outcome="allowed",code="none",rate_limits="memory"\} (\d+)$/m.exec(
           text,
@@ -158,7 +163,8 @@ if (!sharing.ok) {
       expect(upstream.requests.filter((request) => request.url === TRANSACTIONS)).toHaveLength(
         limit,
       );
-      await waitUntil(() => workersServing(TRANSACTIONS).size === WORKERS, 2000);
+      // Admitted and refused by more than one thread.
+      await waitUntil(() => workersServing(TRANSACTIONS).size >= 2, 2000);
     });
 
     it('compares at most the failure budget per client address, whatever worker a guess reaches', async () => {
@@ -179,7 +185,7 @@ if (!sharing.ok) {
           .events('http.request')
           .filter((line) => line.client_ip === '203.0.113.77')
           .map((line) => line.worker);
-      await waitUntil(() => new Set(guesses()).size === WORKERS, 2000);
+      await waitUntil(() => new Set(guesses()).size >= 2, 2000);
     });
 
     it('forwards a payout once when its retries reach every worker at once', async () => {
@@ -228,7 +234,7 @@ if (!sharing.ok) {
       expect(statusCounts(retries)).toEqual({ 201: 8 });
       for (const retry of retries) expect(retry.headers['idempotent-replayed']).toBe('true');
       expect(upstream.requests.filter((request) => request.url === PAYOUTS)).toHaveLength(1);
-      await waitUntil(() => workersServing(PAYOUTS).size === WORKERS, 2000);
+      await waitUntil(() => workersServing(PAYOUTS).size >= 2, 2000);
       upstream.reset();
     });
 
@@ -250,22 +256,32 @@ if (!sharing.ok) {
       const reloadsBefore = gateway.events('keys.reloaded').length;
       const signalled = Date.now();
       gateway.signal('SIGHUP');
-      // Every worker, and the main thread's copy for the admin listener: each once.
-      await waitUntil(() => gateway.events('keys.reloaded').length >= reloadsBefore + 3, 5000);
+      // The keep-alive connections of every worker refuse the revoked key, within a second. Each
+      // request comes from its own address, so that no failure budget is spent.
+      let round = 0;
+      await waitUntil(async () => {
+        round += 1;
+        const after = await hammer(32, CONCURRENCY, (index) => ({
+          url: gateway.url,
+          path: '/api/v1/wallets/',
+          headers: {
+            authorization: `Bearer ${level2.secretKey}`,
+            'x-forwarded-for': `198.51.${100 + round}.${index + 1}`,
+          },
+        }));
+        return statusCounts(after)[401] === 32;
+      }, 5000);
+      expect(Date.now() - signalled).toBeLessThan(1000);
+      // Read once by the main thread, put in force once by every worker.
+      await waitUntil(
+        () => gateway.events('keys.reloaded').length >= reloadsBefore + WORKERS + 1,
+        2000,
+      );
       const reloaded = gateway.events('keys.reloaded').slice(reloadsBefore);
-      expect(reloaded.map((line) => line.worker ?? 'main').sort()).toEqual([1, 2, 'main']);
-      // The keep-alive connections of both workers now refuse the revoked key.
-      // Each from its own address, so that no failure budget is spent.
-      const after = await hammer(32, CONCURRENCY, (index) => ({
-        url: gateway.url,
-        path: '/api/v1/wallets/',
-        headers: {
-          authorization: `Bearer ${level2.secretKey}`,
-          'x-forwarded-for': `198.51.100.${index + 1}`,
-        },
-      }));
-      expect(Date.now() - signalled).toBeLessThan(1000 + 2000);
-      expect(statusCounts(after)).toEqual({ 401: 32 });
+      expect(reloaded.map((line) => line.worker ?? 'main').sort()).toEqual([
+        ...everyWorker,
+        'main',
+      ]);
     });
 
     it('drains every worker on SIGTERM and exits 0', async () => {
