@@ -3,27 +3,20 @@ import type { MinuteCounts } from '../decision-history';
 import type { ReadinessReport } from '../readiness';
 import type { ScopeUsage } from '../../lib/entry/core';
 import type { GatewayConfig } from '../config';
-import type { DemoCredential } from '../demo-keys';
 import type { PackedTable } from '../../lib/internal';
-import type { ThreadLink } from '../../lib';
+import type { WorkerRole } from '../start';
 
 /**
  * What the main thread and the worker threads of one gateway say to each other. Every message is
  * plain data (structured clone); a worker's requests are served by its own gateway.
  */
 
-/** What a worker starts from (`workerData`). */
-export interface WorkerStart {
+/**
+ * What a worker starts from (`workerData`): its gateway's role, less what the worker makes of the
+ * ready slots itself, and the configuration.
+ */
+export interface WorkerStart extends Omit<WorkerRole, 'peersNotReady'> {
   readonly config: GatewayConfig;
-  /** From 1. */
-  readonly index: number;
-  readonly upstreamUrl: string;
-  readonly secret: string;
-  readonly demoCredentials: readonly DemoCredential[] | undefined;
-  /** The keys file's ring in force, in shared memory: every worker serves the same bytes. */
-  readonly keysTable: PackedTable | undefined;
-  /** The host's share of limits, idempotency records and the failure budget (its port transferred). */
-  readonly threads: ThreadLink;
   /** One slot per worker: 1 while that worker is ready, 0 otherwise. */
   readonly readySlots: SharedArrayBuffer;
 }

@@ -94,3 +94,10 @@ export async function startRecordingUpstream(): Promise<RecordingUpstream> {
     },
   });
 }
+
+/**
+ * An upstream that refuses every connection: port 1 of loopback, where nothing listens. A port
+ * found free a moment before would not do: another test file's server may take it meanwhile, and
+ * answer in the upstream's place.
+ */
+export const REFUSING_UPSTREAM_URL = 'http://127.0.0.1:1';

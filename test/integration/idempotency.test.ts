@@ -13,7 +13,6 @@ import {
 import {
   acquireTestRedis,
   describeWithRedis,
-  freePort,
   type TestRedis,
   uniquePrefix,
 } from '../helpers/redis';
@@ -21,6 +20,7 @@ import {
   defaultResponder,
   type RecordedRequest,
   type RecordingUpstream,
+  REFUSING_UPSTREAM_URL,
   startRecordingUpstream,
 } from '../helpers/upstream';
 import { rawRequest, sendRaw } from '../security/raw-http';
@@ -563,7 +563,7 @@ describeWithRedis('idempotency keys in Redis shared by two instances', () => {
   });
 
   it('releases the claim when no connection to the upstream could be made: the retry is forwarded', async () => {
-    const closed = await instance({ upstreamUrl: `http://127.0.0.1:${await freePort()}` });
+    const closed = await instance({ upstreamUrl: REFUSING_UPSTREAM_URL });
     upstream.respond = payoutAnswer;
     const key = `refused-${randomUUID()}`;
     const failed = await postPayout(closed, key);

@@ -16,6 +16,7 @@ import {
 } from '../helpers/openapi-answer';
 import { freePort, uniquePrefix } from '../helpers/redis';
 import { sleep } from '../helpers/routes';
+import { REFUSING_UPSTREAM_URL } from '../helpers/upstream';
 
 /**
  * Every answer the description promises, provoked for real over HTTP and held to the description
@@ -435,7 +436,7 @@ describe('the admin listener answers its refusals as the API description says', 
 describe('/readyz answers as the API description says', () => {
   it('200 when ready and 503 not_ready when the upstream does not answer, on both listeners', async () => {
     const ready = await startTestGateway();
-    const down = await startTestGateway({ upstreamUrl: `http://127.0.0.1:${await freePort()}` });
+    const down = await startTestGateway({ upstreamUrl: REFUSING_UPSTREAM_URL });
     try {
       await Promise.all([ready.app.upstreamChecked, down.app.upstreamChecked]);
       const answers: [TestGateway, number][] = [
