@@ -166,7 +166,7 @@ export async function startGateway(
       event: worker === undefined ? 'gateway.started' : 'worker.started',
       url,
       upstream: config.upstreamUrl === undefined ? 'bundled stub' : 'configured',
-      ...startedFields(config, keys, admin?.url),
+      ...startedFields(config, admin?.url),
     },
     `Tollgate listening on ${url}`,
   );
@@ -262,16 +262,15 @@ export function warnOfSettings(config: GatewayConfig, logger: Logger): void {
   }
 }
 
-/** What `gateway.started` says of the configuration. */
+/** What `gateway.started` (and each worker's `worker.started`) says of the configuration. */
 export function startedFields(
   config: GatewayConfig,
-  keys: OpenedKeys,
   adminUrl: string | undefined,
 ): Record<string, unknown> {
-  const database = keys.databaseStore !== undefined;
+  const database = config.databaseUrl !== undefined;
   return {
     rate_limits: config.redis === undefined ? 'memory' : config.redis.kind,
-    keys: database ? 'database' : keys.fileStore === undefined ? 'demo' : 'file',
+    keys: database ? 'database' : config.keysFile === undefined ? 'demo' : 'file',
     tracing: config.tracing === undefined ? 'off' : `otlp ${config.tracing.protocol}`,
     idempotency: {
       store: config.redis === undefined ? 'memory' : 'redis',

@@ -337,22 +337,20 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
       url,
       workers: count,
       upstream: stub === undefined ? 'configured' : 'bundled stub',
-      ...(keys === undefined ? {} : startedFields(config, keys, admin?.url)),
+      ...startedFields(config, admin?.url),
     },
     `Tollgate listening on ${url} with ${count} worker threads`,
   );
 
-  const reloadOwnKeys =
-    keys?.fileStore === undefined
-      ? undefined
-      : fileReloader(logger, () => undefined).bind(undefined, keys.fileStore);
+  const fileStore = keys?.fileStore;
+  const reloadFile = fileReloader(logger, () => undefined);
   return {
     url,
     adminUrl: admin?.url,
     workers: count,
     threads: () => slots.map((slot) => slot.thread),
     // The workers get the new ring through `shareKeys` once it is in force here.
-    reloadKeys: () => (reloadOwnKeys === undefined ? Promise.resolve(true) : reloadOwnKeys()),
+    reloadKeys: () => (fileStore === undefined ? Promise.resolve(true) : reloadFile(fileStore)),
     stop: async (drainMs = 10_000) => {
       await Promise.all([stopWorkers(drainMs), admin?.stop(drainMs)]);
       share.close();

@@ -111,7 +111,11 @@ if (!sharing.ok) {
       ).toEqual(everyWorker);
       const started = gateway.events('gateway.started');
       expect(started).toHaveLength(1);
-      expect(started[0]).toMatchObject({ workers: WORKERS, url: gateway.url });
+      expect(started[0]).toMatchObject({ workers: WORKERS, url: gateway.url, keys: 'file' });
+      // Each worker serves the keys file the main thread loaded, and says so.
+      for (const line of gateway.events('worker.started')) {
+        expect(line).toMatchObject({ keys: 'file', rate_limits: 'memory' });
+      }
     });
 
     it('serves requests from every worker, each access log line naming its worker', async () => {
