@@ -369,11 +369,18 @@ export class SharedFailureLog implements FailureLog {
     let chosen = -1;
     let chosenSpent = true;
     let chosenNewest = Infinity;
+    // An empty way anywhere in the bucket comes before an expired one: a key is kept as long as
+    // there is room, as in memory, so a clock that then steps back still finds it.
+    let expired = -1;
     let way = this.waysAt + bucket * WAYS * this.wayBytes;
     for (let slot = 0; slot < WAYS; slot++, way += this.wayBytes) {
       if (this.bytes[way + W_KIND] === EMPTY) return way;
+      if (expired !== -1) continue;
       const newest = this.newestOf(way);
-      if (newest + this.windowMs <= at) return way;
+      if (newest + this.windowMs <= at) {
+        expired = way;
+        continue;
+      }
       const spent = (this.floats[(way + W_SPENT) >> 3] ?? 0) > at;
       const older = spent === chosenSpent ? newest < chosenNewest : chosenSpent;
       if (chosen === -1 || older) {
@@ -382,7 +389,7 @@ export class SharedFailureLog implements FailureLog {
         chosenNewest = newest;
       }
     }
-    return chosen;
+    return expired === -1 ? chosen : expired;
   }
 
   /** The time of the way's newest failure; -Infinity when it holds none. */

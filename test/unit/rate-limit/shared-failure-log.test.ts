@@ -87,6 +87,18 @@ describe('a full bucket of the shared log', () => {
   });
 });
 
+describe('a bucket with room', () => {
+  it('keeps a key whose window is over, so a clock that steps back still finds it spent', () => {
+    const log = oneBucket(1);
+    const [first, second] = ips(2);
+    log.count(first ?? '', T0);
+    // The first key's failure leaves the window as the second one is counted.
+    log.count(second ?? '', T0 + WINDOW_MS);
+    expect(log.spentUntil(first ?? '', T0 + WINDOW_MS - 1)).toBe(T0 + WINDOW_MS);
+    expect(log.spentUntil(second ?? '', T0 + WINDOW_MS - 1)).toBe(T0 + 2 * WINDOW_MS);
+  });
+});
+
 describe('keys of the shared log', () => {
   it('tells apart long keys that differ only past their field, and keys that are not ASCII', () => {
     const log = oneBucket(1);
