@@ -35,6 +35,7 @@ const SERVER_SUITES = [
   'test/integration/keys-cli-permissions.test.ts',
   'test/integration/permissions-database.test.ts',
   'test/integration/pg-key-store.test.ts',
+  'test/integration/pg-ring-follower.test.ts',
   'test/integration/doc-operating-keys.test.ts',
   'test/integration/doc-secret-scanning.test.ts',
   'test/integration/secret-scanning-database.test.ts',

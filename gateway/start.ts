@@ -11,7 +11,14 @@ import {
   TokenService,
 } from '../lib';
 import { PgKeyStore } from '../lib/entry/postgres';
-import { type PackedTable, TableKeyStore } from '../lib/internal';
+import {
+  type ChangedRows,
+  type PackedTable,
+  RingFollower,
+  type RingFollowerStart,
+  TableKeyStore,
+} from '../lib/internal';
+import type { PgKeyStoreState } from '../lib/entry/postgres';
 import { createLimiterRedis, type LimiterRedisConnection } from '../lib/entry/redis';
 import { type AdminAppOptions, createAdminApp } from './admin';
 import { createApp, type GatewayApp } from './app';
@@ -21,6 +28,7 @@ import { createDemoKeys, type DemoCredential, formatDemoCredentials } from './de
 import { startStubUpstream } from './stub-upstream';
 import { GATEWAY_LIMIT_SCOPES } from './keys-cli/limit-scopes';
 import { startTracing } from './tracing';
+import { hostKeyWriter, type KeyWrite } from './workers/key-writes';
 
 /**
  * Starts the sample gateway from a validated configuration: keys, token service, Redis, the stub
@@ -38,10 +46,10 @@ export interface RunningGateway {
   /** Re-reads the keys file (SIGHUP); resolves false, keeping the old keys, when it fails. */
   reloadKeys(): Promise<boolean>;
   /**
-   * Puts in force a keys file's ring the main thread loaded (a worker thread's reload); a gateway
-   * that reads its keys itself ignores it.
+   * Puts in force what the main thread loaded: a keys file's ring (a reload), or the database
+   * ring's new base, batch of changes or state. A gateway that reads its keys itself ignores it.
    */
-  serveKeys(table: PackedTable): void;
+  serveKeys(news: KeysNews): void;
   stop(drainMs?: number): Promise<void>;
 }
 
@@ -57,6 +65,17 @@ export interface StartOptions {
   worker?: WorkerRole | undefined;
 }
 
+/** What the main thread tells a worker thread's gateway of the keys, in the order it happens. */
+export type KeysNews =
+  /** The keys file's new ring, in force on the main thread since a reload. */
+  | { readonly type: 'keys'; readonly table: PackedTable }
+  /** The database ring's new base, with the rows applied over it since its snapshot. */
+  | { readonly type: 'keys-base'; readonly table: PackedTable; readonly rows: ChangedRows }
+  /** A batch of database rows applied to the ring in force. */
+  | { readonly type: 'keys-changes'; readonly rows: ChangedRows }
+  /** The database key store's state after a sync. */
+  | { readonly type: 'keys-state'; readonly state: PgKeyStoreState };
+
 /** What a worker thread's gateway takes from the main thread. */
 export interface WorkerRole {
   /** The worker's number, from 1: in every log line it writes. */
@@ -69,6 +88,10 @@ export interface WorkerRole {
   readonly demoCredentials: readonly DemoCredential[] | undefined;
   /** The keys file's ring, loaded once by the main thread, in shared memory. */
   readonly keysTable: PackedTable | undefined;
+  /** The database ring the main thread keeps, as it stands when the worker starts. */
+  readonly keysFollow: RingFollowerStart | undefined;
+  /** A key write (the secret-scanning endpoint's), made by the main thread's database store. */
+  readonly writeKey: (write: KeyWrite) => Promise<unknown>;
   /** What the workers count together: limits and idempotency records, the failure budget. */
   readonly threads: ThreadLink;
   /** Why the other workers are not ready: `/readyz` is ready only when every worker is. */
@@ -83,10 +106,17 @@ export async function startGateway(
   // Before anything serves: the first request is traced too. Off (no OTLP endpoint): not loaded.
   const tracing = config.tracing === undefined ? undefined : startTracing(config.tracing);
   const keys =
-    worker?.keysTable === undefined
-      ? await openKeys(config, logger, worker?.demoCredentials)
-      : servedKeys(worker.keysTable);
-  const { keyStore, fileStore, databaseStore } = keys;
+    worker?.keysTable !== undefined
+      ? servedKeys(worker.keysTable)
+      : worker?.keysFollow !== undefined
+        ? followedKeys(worker.keysFollow)
+        : await openKeys(config, logger, worker?.demoCredentials);
+  const { keyStore, fileStore, databaseStore, follower } = keys;
+  const keyWriter =
+    databaseStore ??
+    (follower === undefined || worker === undefined
+      ? undefined
+      : hostKeyWriter(follower, worker.writeKey));
   if (worker === undefined) warnOfSettings(config, logger);
   // Tokens and stored idempotent answers: both die with the process when it is random.
   const secret = worker?.secret ?? config.tokenSecret ?? randomBytes(48).toString('base64');
@@ -127,9 +157,9 @@ export async function startGateway(
     traceSteps: config.tracing?.steps,
     idempotency: { ...config.idempotency, secret },
     secretScanning:
-      config.secretScanning === undefined || databaseStore === undefined
+      config.secretScanning === undefined || keyWriter === undefined
         ? undefined
-        : { config: config.secretScanning, writer: databaseStore },
+        : { config: config.secretScanning, writer: keyWriter },
     host:
       worker === undefined
         ? undefined
@@ -178,11 +208,25 @@ export async function startGateway(
     app,
     keyStore,
     reloadKeys: () => (fileStore === undefined ? Promise.resolve(true) : reloadKeys(fileStore)),
-    serveKeys: (table) => {
-      if (keys.tableStore === undefined) return;
-      const count = keys.tableStore.swap(table);
-      app.metrics.keysReloaded('done');
-      logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
+    serveKeys: (news) => {
+      switch (news.type) {
+        case 'keys': {
+          if (keys.tableStore === undefined) return;
+          const count = keys.tableStore.swap(news.table);
+          app.metrics.keysReloaded('done');
+          logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
+          return;
+        }
+        case 'keys-base':
+          follower?.base(news.table, news.rows);
+          return;
+        case 'keys-changes':
+          follower?.changes(news.rows);
+          return;
+        case 'keys-state':
+          follower?.follow(news.state);
+          return;
+      }
     },
     stop: async (drainMs = 10_000) => {
       await Promise.all([drain(server, drainMs), admin?.stop(drainMs)]);
@@ -204,6 +248,8 @@ export interface OpenedKeys {
   readonly demo: { readonly credentials: readonly DemoCredential[] } | undefined;
   /** A keys file's ring another thread loads, served here. */
   readonly tableStore?: TableKeyStore | undefined;
+  /** The database ring another thread keeps, followed here. */
+  readonly follower?: RingFollower | undefined;
 }
 
 /** The keys file's ring the main thread loaded, served by a worker thread. */
@@ -215,6 +261,18 @@ function servedKeys(table: PackedTable): OpenedKeys {
     databaseStore: undefined,
     demo: undefined,
     tableStore,
+  };
+}
+
+/** The database ring the main thread keeps, followed by a worker thread. */
+function followedKeys(start: RingFollowerStart): OpenedKeys {
+  const follower = new RingFollower(start);
+  return {
+    keyStore: follower,
+    fileStore: undefined,
+    databaseStore: undefined,
+    demo: undefined,
+    follower,
   };
 }
 

@@ -4,7 +4,16 @@ import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { ConfigurationError, type Logger, ThreadShare } from '../../lib';
-import { loadSharedFileKeyStore, type PackedTable } from '../../lib/internal';
+import type { PgKeyStore, PgKeyStoreState } from '../../lib/entry/postgres';
+import {
+  type ChangedRows,
+  loadSharedFileKeyStore,
+  noteUsesElsewhere,
+  openSharedPgKeyStore,
+  type PackedTable,
+  type RingFeed,
+  type RingFollowerStart,
+} from '../../lib/internal';
 import { GATEWAY_LIMIT_SCOPES } from '../keys-cli/limit-scopes';
 import type { GatewayConfig } from '../config';
 import { createDemoKeys, formatDemoCredentials } from '../demo-keys';
@@ -12,6 +21,7 @@ import type { ReadinessReport } from '../readiness';
 import {
   drain,
   fileReloader,
+  type KeysNews,
   type OpenedKeys,
   openKeys,
   type RunningAdmin,
@@ -21,6 +31,7 @@ import {
 } from '../start';
 import { startStubUpstream } from '../stub-upstream';
 import { hostReadiness, sumDecisions, sumMetrics } from './face';
+import { type KeyWrite, runKeyWrite } from './key-writes';
 import type { Answers, FromWorker, Question, ToWorker, WorkerStart } from './messages';
 
 /**
@@ -88,13 +99,21 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
     for (const slot of slots)
       if (slot.thread !== undefined) post(slot.thread, { type: 'keys', table });
   };
-  // Other keys are this thread's only for the admin listener (listing, and database writes).
+  // The database is read by this thread alone: every worker follows the ring it keeps, the same
+  // base in shared memory and the same batches of changes after it, in the order they happen here.
+  const ringNews = new RingNews((news) => {
+    for (const slot of slots) if (slot.thread !== undefined) post(slot.thread, news);
+  });
+  // A keys file or a key database is read here for every worker; demo keys only for the admin
+  // listener, which lists them.
   const keys: OpenedKeys | undefined =
     config.keysFile !== undefined
       ? await sharedFileKeys(config.keysFile, shareKeys)
-      : config.admin === undefined
-        ? undefined
-        : await openKeys(config, logger, demoCredentials);
+      : config.databaseUrl !== undefined
+        ? await sharedDatabaseKeys(config.databaseUrl, logger, ringNews)
+        : config.admin === undefined
+          ? undefined
+          : await openKeys(config, logger, demoCredentials);
   const secret = config.tokenSecret ?? randomBytes(48).toString('base64');
   const stub = config.upstreamUrl === undefined ? await startStubUpstream() : undefined;
   const upstreamUrl = config.upstreamUrl ?? stub?.url ?? '';
@@ -133,6 +152,7 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
     secret,
     demoCredentials,
     keysTable,
+    keysFollow: keys?.databaseStore === undefined ? undefined : ringNews.start(keys.databaseStore),
     threads: share.link(),
     readySlots,
   });
@@ -175,6 +195,14 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
               pending.reject(new Error(message.message));
             });
             return;
+          case 'used':
+            if (keys?.databaseStore !== undefined) {
+              noteUsesElsewhere(keys.databaseStore, message.uses);
+            }
+            return;
+          case 'write':
+            writeFor(thread, message.id, message.write);
+            return;
         }
       });
       thread.on('error', (error) => {
@@ -200,6 +228,25 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
         replace(slot, code);
       });
     });
+
+  /** A worker's key write, made on this thread's database store; the answer goes to that worker. */
+  const writeFor = (thread: Worker, id: number, write: KeyWrite): void => {
+    const store = keys?.databaseStore;
+    const written =
+      store === undefined
+        ? Promise.resolve({
+            failure: { kind: 'failed', message: 'no key database is configured' } as const,
+          })
+        : runKeyWrite(store, write, logger);
+    void written.then((outcome) => {
+      post(
+        thread,
+        'value' in outcome
+          ? { type: 'written', id, value: outcome.value }
+          : { type: 'unwritten', id, failure: outcome.failure },
+      );
+    });
+  };
 
   const replace = (slot: Slot, code: number): void => {
     const quick = Date.now() - slot.startedAt < QUICK_EXIT_MS;
@@ -370,6 +417,57 @@ async function sharedFileKeys(
     share,
   );
   return { keyStore: fileStore, fileStore, databaseStore: undefined, demo: undefined };
+}
+
+/** The database key store, opened here with its ring in shared memory, told to `news`. */
+async function sharedDatabaseKeys(
+  connectionString: string,
+  logger: Logger,
+  news: RingNews,
+): Promise<OpenedKeys> {
+  const databaseStore = await openSharedPgKeyStore(
+    { connectionString, logger, limitScopes: GATEWAY_LIMIT_SCOPES },
+    news,
+  );
+  return { keyStore: databaseStore, fileStore: undefined, databaseStore, demo: undefined };
+}
+
+/**
+ * What the database store tells of its ring, passed on to every worker running (`tell`), and kept
+ * as where a worker started later begins: the base in force and every batch applied since.
+ */
+class RingNews implements RingFeed {
+  private table: PackedTable | undefined;
+  private rows: ChangedRows[] = [];
+
+  constructor(private readonly tell: (news: KeysNews) => void) {}
+
+  base(table: PackedTable, rows: ChangedRows): void {
+    this.table = table;
+    this.rows = [rows];
+    this.tell({ type: 'keys-base', table, rows });
+  }
+
+  changes(rows: ChangedRows): void {
+    this.rows.push(rows);
+    this.tell({ type: 'keys-changes', rows });
+  }
+
+  state(state: PgKeyStoreState): void {
+    this.tell({ type: 'keys-state', state });
+  }
+
+  /** Where a worker starts now. */
+  start(store: PgKeyStore): RingFollowerStart {
+    if (this.table === undefined) throw new Error('the key database store has no ring yet');
+    return {
+      table: this.table,
+      rows: [...this.rows],
+      state: store.state(),
+      limitScopes: store.limitScopes,
+      permissionNames: store.permissionNames,
+    };
+  }
 }
 
 function post(thread: Worker, message: ToWorker): void {

@@ -3,8 +3,8 @@ import type { MinuteCounts } from '../decision-history';
 import type { ReadinessReport } from '../readiness';
 import type { ScopeUsage } from '../../lib/entry/core';
 import type { GatewayConfig } from '../config';
-import type { PackedTable } from '../../lib/internal';
-import type { WorkerRole } from '../start';
+import type { KeysNews, WorkerRole } from '../start';
+import type { KeyWrite, WriteFailure } from './key-writes';
 
 /**
  * What the main thread and the worker threads of one gateway say to each other. Every message is
@@ -15,7 +15,7 @@ import type { WorkerRole } from '../start';
  * What a worker starts from (`workerData`): its gateway's role, less what the worker makes of the
  * ready slots itself, and the configuration.
  */
-export interface WorkerStart extends Omit<WorkerRole, 'peersNotReady'> {
+export interface WorkerStart extends Omit<WorkerRole, 'peersNotReady' | 'writeKey'> {
   readonly config: GatewayConfig;
   /** One slot per worker: 1 while that worker is ready, 0 otherwise. */
   readonly readySlots: SharedArrayBuffer;
@@ -43,8 +43,10 @@ export interface Answers {
 
 export type ToWorker =
   | { readonly type: 'ask'; readonly id: number; readonly question: Question }
-  /** The keys file's new ring, in force on the main thread since a reload. */
-  | { readonly type: 'keys'; readonly table: PackedTable }
+  | KeysNews
+  /** A key write the worker asked for, made and in force on the main thread. */
+  | { readonly type: 'written'; readonly id: number; readonly value: unknown }
+  | { readonly type: 'unwritten'; readonly id: number; readonly failure: WriteFailure }
   | { readonly type: 'stop'; readonly drainMs: number };
 
 export type FromWorker =
@@ -53,4 +55,8 @@ export type FromWorker =
   | { readonly type: 'failed'; readonly configuration: boolean; readonly message: string }
   | { readonly type: 'readiness'; readonly report: ReadinessReport }
   | { readonly type: 'answer'; readonly id: number; readonly value: unknown }
-  | { readonly type: 'unanswered'; readonly id: number; readonly message: string };
+  | { readonly type: 'unanswered'; readonly id: number; readonly message: string }
+  /** Database keys the worker served: each id with how many milliseconds ago it was last used. */
+  | { readonly type: 'used'; readonly uses: [string, number][] }
+  /** A key write for the main thread's database store to make, answered by its id. */
+  | { readonly type: 'write'; readonly id: number; readonly write: KeyWrite };

@@ -37,7 +37,7 @@ import type {
   PgKeyStoreState,
 } from './pg-key-views';
 import { migrate } from './pg-schema';
-import { PgKeySync } from './pg-key-sync';
+import { PgKeySync, type RingFeed } from './pg-key-sync';
 import { assertMigrated } from './pg-schema';
 
 /**
@@ -118,6 +118,33 @@ const PG_KEY_STORE_OPTION_CHECKS: OptionChecks<PgKeyStoreOptions> = {
   queryTimeoutMs: wholeNumber(1),
 };
 
+let openShared: (options: PgKeyStoreOptions, feed: RingFeed) => Promise<PgKeyStore>;
+let noteUses: (store: PgKeyStore, uses: Iterable<readonly [string, number]>) => void;
+
+/**
+ * `PgKeyStore.open()` for a host whose threads follow one ring: every base it builds is in shared
+ * memory, and each base, batch of changes and state is given to `feed` once in force here, for
+ * the other threads' `RingFollower`s. This thread alone reads and writes the database.
+ */
+export function openSharedPgKeyStore(
+  options: PgKeyStoreOptions,
+  feed: RingFeed,
+): Promise<PgKeyStore> {
+  checkOptions('openSharedPgKeyStore()', options, PG_KEY_STORE_OPTION_CHECKS);
+  return openShared(options, feed);
+}
+
+/**
+ * Uses of keys made in other threads, each as how many milliseconds ago, for the store's next
+ * `last_used_at` write (a later use already noted here wins).
+ */
+export function noteUsesElsewhere(
+  store: PgKeyStore,
+  uses: Iterable<readonly [string, number]>,
+): void {
+  noteUses(store, uses);
+}
+
 export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness, KeyAdmin {
   private readonly environment: KeyEnvironment;
   /** The scopes an account's `limits` may name. */
@@ -134,6 +161,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness, KeyAdmi
     private readonly pool: Pool,
     options: PgKeyStoreOptions,
     pg: typeof import('pg'),
+    feed: RingFeed | undefined,
   ) {
     this.environment = options.keyEnvironment ?? 'test';
     this.limitScopes = { ...(options.limitScopes ?? {}) };
@@ -155,6 +183,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness, KeyAdmi
         limitScopes: this.limitScopes,
         permissionNames: this.permissionNames,
         pollIntervalMs: options.pollIntervalMs ?? 500,
+        feed,
       },
       pg,
     );
@@ -170,6 +199,24 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness, KeyAdmi
    */
   static async open(options: PgKeyStoreOptions): Promise<PgKeyStore> {
     checkOptions('PgKeyStore.open()', options, PG_KEY_STORE_OPTION_CHECKS);
+    return PgKeyStore.openWith(options, undefined);
+  }
+
+  static {
+    openShared = (options, feed) => PgKeyStore.openWith(options, feed);
+    noteUses = (store, uses) => {
+      const now = performance.now();
+      for (const [id, ageMs] of uses) {
+        const at = now - ageMs;
+        if ((store.used.get(id) ?? Number.NEGATIVE_INFINITY) < at) store.used.set(id, at);
+      }
+    };
+  }
+
+  private static async openWith(
+    options: PgKeyStoreOptions,
+    feed: RingFeed | undefined,
+  ): Promise<PgKeyStore> {
     const pg = requireOptional('pg', 'TOLLGATE_DATABASE_URL (the PostgreSQL key store)');
     const timeout = options.queryTimeoutMs ?? 5000;
     const pool = new pg.Pool({
@@ -185,7 +232,7 @@ export class PgKeyStore implements KeyStore, KeyDirectory, KeyReadiness, KeyAdmi
     let store: PgKeyStore | undefined;
     try {
       await assertMigrated(pool);
-      store = new PgKeyStore(pool, options, pg);
+      store = new PgKeyStore(pool, options, pg, feed);
       await store.sync();
       if (store.changes.syncFault !== undefined) throw new Error(store.changes.syncFault);
       await store.changes.listen();

@@ -1,17 +1,19 @@
 import type { Client, ClientConfig, Notification, Pool } from 'pg';
-import { IpWhitelist } from '../model/ip-whitelist';
 import type { Logger } from '../model/logger';
-import type { AccountLimits, LimitScopes } from '../model/key-record';
-import { PermissionSets } from '../model/permissions';
-import { type AccountRow, type KeyRow, LiveKeyRing, type RingChanges } from './live-key-ring';
+import type { LimitScopes } from '../model/key-record';
+import { LiveKeyRing } from './live-key-ring';
 import { PackedKeyRing } from './packed-key-ring';
+import type { PackedTable } from './packed-table';
 import { type BuiltRing, buildRing } from './ring-build';
 import {
-  type AccountSql as RingAccountSql,
-  type KeySql as RingKeySql,
-  storedLimits,
-  storedPermissions,
-} from './ring-sources';
+  ChangeReader,
+  type ChangedRows,
+  type AccountSql,
+  type DeletionSql,
+  type KeySql,
+  logBlockedAccount,
+  logBlockedKey,
+} from './pg-changes';
 import { FULL_LOAD_ROWS, NOTIFY_CHANNEL, type PgKeyStoreState } from './pg-key-views';
 
 /**
@@ -20,19 +22,6 @@ import { FULL_LOAD_ROWS, NOTIFY_CHANNEL, type PgKeyStoreState } from './pg-key-v
  * `tollgate_keys` and found by the version backstop, whole rebuilds in the worker, and the state
  * (`ready` or `stale`) with its log lines. It reads the database and never writes it.
  */
-
-type AccountSql = RingAccountSql & { version: string };
-type KeySql = RingKeySql & { version: string };
-interface DeletionSql {
-  table_name: string;
-  id: string;
-  version: string;
-}
-interface ChangedRows {
-  accounts: AccountSql[];
-  keys: KeySql[];
-  deletions: DeletionSql[];
-}
 
 const LATEST_VERSION = `SELECT greatest(
   (SELECT coalesce(max(version), 0) FROM accounts),
@@ -53,6 +42,19 @@ export interface PgKeySyncSettings {
   readonly limitScopes: LimitScopes;
   readonly permissionNames: readonly string[];
   readonly pollIntervalMs: number;
+  /** Given every ring and batch of changes once in force, for other threads to follow. */
+  readonly feed?: RingFeed | undefined;
+}
+
+/**
+ * What a store whose ring other threads follow tells them, in the order it happens: each new base
+ * (built in shared memory) with the rows applied over it, each batch of rows applied since, and
+ * its state after every sync. A follower that applies them in that order holds the same ring.
+ */
+export interface RingFeed {
+  base(table: PackedTable, rows: ChangedRows): void;
+  changes(rows: ChangedRows): void;
+  state(state: PgKeyStoreState): void;
 }
 
 export class PgKeySync {
@@ -66,8 +68,10 @@ export class PgKeySync {
   private readonly clientConfig: ClientConfig;
   private readonly limitScopes: LimitScopes;
   private readonly permissionNames: readonly string[];
-  /** One set per distinct list of the keys changed since the base. */
-  private readonly permissionSets: PermissionSets;
+  private readonly reader: ChangeReader;
+  private readonly feed: RingFeed | undefined;
+  /** Rows applied over the base, each counted: what a follower replays after the base. */
+  private rowsOverBase = 0;
   private version = 0n;
   private lastSyncAt = 0;
   /** Why the last sync failed; `undefined` once one succeeds. */
@@ -100,7 +104,8 @@ export class PgKeySync {
     this.logger = settings.logger;
     this.limitScopes = settings.limitScopes;
     this.permissionNames = settings.permissionNames;
-    this.permissionSets = new PermissionSets(this.permissionNames);
+    this.reader = new ChangeReader(this.limitScopes, this.permissionNames, this.logger);
+    this.feed = settings.feed;
     this.pollTimer = setInterval(() => {
       void this.backstop();
     }, settings.pollIntervalMs);
@@ -153,18 +158,23 @@ export class PgKeySync {
       this.built = undefined;
       if (built !== undefined) {
         const ring = new LiveKeyRing(new PackedKeyRing(built.table));
-        const version = this.apply(
-          ring,
-          BigInt(built.version),
-          await this.readSince(built.version),
-        );
+        const rows = await this.readSince(built.version);
+        const version = this.apply(ring, BigInt(built.version), rows);
         // The new ring, with the changes after its snapshot: in force in one assignment.
         this.ring = ring;
         this.version = version;
         this.loaded = true;
+        this.rowsOverBase = countRows(rows);
+        this.feed?.base(built.table, rows);
       } else {
         if (this.building === undefined && (await this.wantsFullLoad())) await this.startBuild();
-        this.version = this.apply(this.ring, this.version, await this.readSince(this.version));
+        const rows = await this.readSince(this.version);
+        const version = this.apply(this.ring, this.version, rows);
+        if (version !== this.version) {
+          this.version = version;
+          this.rowsOverBase += countRows(rows);
+          this.feed?.changes(rows);
+        }
       }
       this.lastSyncAt = Date.now();
       this.setFault('sync', undefined);
@@ -182,9 +192,12 @@ export class PgKeySync {
       background: this.loaded,
       limitScopes: this.limitScopes,
       permissions: this.permissionNames,
+      shared: this.feed !== undefined,
     });
-    for (const { account, reason } of built.blocked) this.logBlocked(account, reason);
-    for (const { key, reason } of built.blockedKeys) this.logBlockedKey(key, reason);
+    for (const { account, reason } of built.blocked) {
+      logBlockedAccount(this.logger, account, reason);
+    }
+    for (const { key, reason } of built.blockedKeys) logBlockedKey(this.logger, key, reason);
     return built;
   }
 
@@ -216,7 +229,9 @@ export class PgKeySync {
   /** The first load; many keys changed since ours; or a layer of changes grown too big. */
   private async wantsFullLoad(): Promise<boolean> {
     if (!this.loaded) return true;
-    if (this.ring.changes > Math.max(FULL_LOAD_ROWS, this.ring.size / 16)) return true;
+    // Followers replay every row applied over the base, so with them every row counts.
+    const layer = this.feed === undefined ? this.ring.changes : this.rowsOverBase;
+    if (layer > Math.max(FULL_LOAD_ROWS, this.ring.size / 16)) return true;
     const result = await this.pool.query<{ changed: string }>(
       `SELECT count(*)::text AS changed
        FROM (SELECT 1 FROM keys WHERE version > $1 LIMIT ${FULL_LOAD_ROWS + 1}) AS changed`,
@@ -263,85 +278,9 @@ export class PgKeySync {
 
   /** Applies one fetched batch to `ring` in one synchronous step; the version it is at now. */
   private apply(ring: LiveKeyRing, version: bigint, rows: ChangedRows): bigint {
-    const { accounts, keys, deletions } = rows;
-    let top = version;
-    const bump = (version: string): void => {
-      const value = BigInt(version);
-      if (value > top) top = value;
-    };
-    const present = new Set([...accounts.map((a) => `a:${a.id}`), ...keys.map((k) => `k:${k.id}`)]);
-    const changes: RingChanges = {
-      accounts: accounts.map((row) => {
-        bump(row.version);
-        return this.accountRow(row);
-      }),
-      keys: keys.map((row) => {
-        bump(row.version);
-        return this.keyRow(row);
-      }),
-      deletedAccounts: [],
-      deletedKeys: [],
-    };
-    for (const row of deletions) {
-      bump(row.version);
-      const kind = row.table_name === 'accounts' ? 'a' : 'k';
-      if (present.has(`${kind}:${row.id}`)) continue; // deleted, then made again
-      (kind === 'a'
-        ? (changes.deletedAccounts as string[])
-        : (changes.deletedKeys as string[])
-      ).push(row.id);
-    }
-    if (top !== version) ring.apply(changes);
-    return top;
-  }
-
-  private accountRow(row: AccountSql): AccountRow {
-    try {
-      const limits: AccountLimits | undefined = storedLimits(row, this.limitScopes);
-      const ipWhitelist =
-        row.ip_whitelist === null ? undefined : IpWhitelist.parse(row.ip_whitelist);
-      return { id: row.id, ipWhitelist, limits, blocked: false };
-    } catch (error) {
-      // Written by hand past the API's checks: fail closed rather than lift the restriction.
-      this.logBlocked(row.id, (error as Error).message);
-      return { id: row.id, ipWhitelist: undefined, blocked: true };
-    }
-  }
-
-  private keyRow(row: KeySql): KeyRow {
-    let permissions: ReadonlySet<string> | undefined;
-    let blocked = false;
-    try {
-      permissions = this.permissionSets.of(storedPermissions(row, this.permissionNames));
-    } catch (error) {
-      // A name this gateway does not know, written by hand: refuse the key rather than guess.
-      this.logBlockedKey(row.id, (error as Error).message);
-      blocked = true;
-    }
-    return {
-      id: row.id,
-      accountId: row.account_id,
-      role: row.role,
-      publishableKey: row.publishable_key,
-      secretKeySha256: row.secret_sha256,
-      revoked: row.revoked_at !== null || blocked,
-      expiresAt: row.expires_at === null ? undefined : row.expires_at.getTime(),
-      permissions,
-    };
-  }
-
-  private logBlockedKey(key: string, reason: string): void {
-    this.logger?.error(
-      { event: 'keys.key_blocked', key, reason },
-      'key permissions in the database are invalid: the key is refused until fixed',
-    );
-  }
-
-  private logBlocked(account: string, reason: string): void {
-    this.logger?.error(
-      { event: 'keys.account_blocked', account, reason },
-      'account whitelist or limits in the database are invalid: its keys are refused until fixed',
-    );
+    const read = this.reader.read(rows, version);
+    if (read.version !== version) ring.apply(read.changes);
+    return read.version;
   }
 
   /** The backstop: a cheap `max(version)` first, then the rows after ours when it moved. */
@@ -424,6 +363,7 @@ export class PgKeySync {
     if (which === 'sync') this.syncFault = reason;
     else this.listenFault = reason;
     const state = this.state();
+    this.feed?.state(state);
     // Opening: the first load is in and the listener is still connecting. Nothing is out of
     // reach yet; the listener's connection, or its failure, decides what is logged next.
     if (state.reason === NOT_LISTENING_YET) return;
@@ -454,6 +394,10 @@ export class PgKeySync {
       await listener.end().catch(() => undefined);
     }
   }
+}
+
+function countRows(rows: ChangedRows): number {
+  return rows.accounts.length + rows.keys.length + rows.deletions.length;
 }
 
 function describe(error: unknown): string {

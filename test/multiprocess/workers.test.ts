@@ -1,5 +1,7 @@
-import { randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { createHash, generateKeyPairSync, randomUUID, sign } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import http from 'node:http';
 import type { Socket } from 'node:net';
 import { DEFAULT_LIMITS, loadConfig } from '../../gateway/config';
@@ -24,6 +26,9 @@ import {
 } from './harness';
 import { distScript, runNode } from '../helpers/process';
 import { docBlock } from '../helpers/doc-blocks';
+import { Pool } from 'pg';
+import { PgKeyStore } from '../../lib/entry/postgres';
+import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../helpers/postgres';
 
 /**
  * The gateway serving one port from several worker threads (`TOLLGATE_WORKERS`), as operators run
@@ -292,6 +297,171 @@ if (!sharing.ok) {
       await gateway.stop();
       expect(gateway.exitCode()).toBe(0);
       expect(gateway.events('gateway.stopping')).toHaveLength(1);
+    });
+  });
+
+  /**
+   * With the keys in PostgreSQL, the main thread alone reads the database; every worker serves the
+   * ring it keeps, and a change made there is in force on every worker's connections at once.
+   */
+  describeWithPostgres('the key database, read once for every worker', () => {
+    const keys = writeKeysFile();
+    const { fixtures } = keys;
+    // A locally made ECDSA P-256 key stands in for the secret-scanning programme's.
+    const signer = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
+    const signerId = createHash('sha256')
+      .update(signer.publicKey.export({ type: 'spki', format: 'der' }))
+      .digest('hex');
+    const signerKeys = path.join(mkdtempSync(path.join(tmpdir(), 'tollgate-scan-')), 'keys.json');
+    writeFileSync(
+      signerKeys,
+      JSON.stringify({
+        public_keys: [
+          {
+            key_identifier: signerId,
+            key: signer.publicKey.export({ type: 'spki', format: 'pem' }).toString(),
+            is_current: true,
+          },
+        ],
+      }),
+    );
+    let server: TestPostgres;
+    let pool: Pool;
+    let upstream: RecordingUpstream;
+    let gateway: GatewayProcess;
+    const served = (path: string): Set<unknown> =>
+      new Set(
+        gateway
+          .events('http.request')
+          .filter((line) => line.path === path)
+          .map((line) => line.worker),
+      );
+
+    beforeAll(async () => {
+      assertBuilt();
+      server = await startTestPostgres();
+      const url = await server.createDatabase('workers');
+      await PgKeyStore.migrate(url);
+      const writer = await PgKeyStore.open({ connectionString: url });
+      await writer.import(fixtures.document);
+      await writer.close();
+      pool = new Pool({ connectionString: url });
+      upstream = await startRecordingUpstream();
+      gateway = await startGatewayProcess({
+        keysFile: keys,
+        upstreamUrl: upstream.url,
+        env: {
+          TOLLGATE_KEYS_FILE: '',
+          TOLLGATE_DATABASE_URL: url,
+          TOLLGATE_WORKERS: '2',
+          TOLLGATE_TRUST_PROXY: 'loopback',
+          TOLLGATE_SECRET_SCANNING_PATH: '/leaks/github',
+          TOLLGATE_SECRET_SCANNING_KEYS_FILE: signerKeys,
+        },
+      });
+      await waitUntil(() => gateway.events('gateway.started').length > 0, 10_000);
+    }, 60_000);
+
+    afterAll(async () => {
+      closeClient();
+      await stopAll();
+      await upstream.close();
+      await pool.end();
+      server.destroy();
+    });
+
+    /** 32 requests with `secretKey` over 16 keep-alive connections, each from its own address. */
+    const statuses = async (secretKey: string, round: number): Promise<Record<number, number>> =>
+      statusCounts(
+        await hammer(32, 16, (index) => ({
+          url: gateway.url,
+          path: WALLETS,
+          headers: {
+            authorization: `Bearer ${secretKey}`,
+            'x-forwarded-for': `198.18.${round % 250}.${index + 1}`,
+          },
+        })),
+      );
+
+    it('has one connection listening for changes, and serves from every worker', async () => {
+      const { rows } = await pool.query<{ listening: number }>(
+        `SELECT count(*)::int AS listening FROM pg_stat_activity
+         WHERE datname = current_database() AND query ILIKE 'LISTEN%'`,
+      );
+      expect(rows[0]?.listening).toBe(1);
+      expect(await statuses(fixtures.keys.level1.secretKey, 0)).toEqual({ 200: 32 });
+      const started = gateway.events('worker.started');
+      expect(started.map((line) => line.worker).sort()).toEqual([1, 2]);
+      for (const line of started) expect(line).toMatchObject({ keys: 'database' });
+      await waitUntil(() => served(WALLETS).size === 2, 2000);
+    });
+
+    it('refuses a key revoked in the database on every worker within a second', async () => {
+      const { level2 } = fixtures.keys;
+      expect(await statuses(level2.secretKey, 1)).toEqual({ 200: 32 });
+      const revokedAt = Date.now();
+      await pool.query('UPDATE keys SET revoked_at = now() WHERE id = $1', [level2.id]);
+      let round = 1;
+      await waitUntil(async () => {
+        round += 1;
+        return (await statuses(level2.secretKey, round))[401] === 32;
+      }, 5000);
+      expect(Date.now() - revokedAt).toBeLessThan(1000);
+    });
+
+    it('revokes a key reported to a worker by secret scanning, in the database and on every worker', async () => {
+      const { admin } = fixtures.keys;
+      expect(await statuses(admin.secretKey, 100)).toEqual({ 200: 32 });
+      const body = Buffer.from(
+        JSON.stringify([
+          {
+            token: admin.secretKey,
+            type: 'tollgate_secret_key',
+            url: 'https://github.com/octo/shop/blob/0123abc/config/prod.env',
+            source: 'content',
+          },
+        ]),
+      );
+      const answer = await requestOnce({
+        url: gateway.url,
+        method: 'POST',
+        path: '/leaks/github',
+        headers: {
+          'content-type': 'application/json',
+          'github-public-key-identifier': signerId,
+          'github-public-key-signature': sign('sha256', body, {
+            key: signer.privateKey,
+            dsaEncoding: 'der',
+          }).toString('base64'),
+        },
+        body: JSON.parse(body.toString()) as unknown,
+      });
+      expect(answer.status).toBe(200);
+      expect(answer.body).toEqual([
+        expect.objectContaining({
+          token_hash: createHash('sha256').update(admin.secretKey).digest('hex'),
+          label: 'true_positive',
+        }),
+      ]);
+      const { rows } = await pool.query<{ revoked: boolean }>(
+        'SELECT revoked_at IS NOT NULL AS revoked FROM keys WHERE id = $1',
+        [admin.id],
+      );
+      expect(rows[0]?.revoked).toBe(true);
+      // In force on every worker by the time the report is answered.
+      expect(await statuses(admin.secretKey, 101)).toEqual({ 401: 32 });
+    });
+
+    it('writes the last use of the keys the workers served when it stops', async () => {
+      await pool.query('UPDATE keys SET last_used_at = NULL');
+      expect(await statuses(fixtures.keys.level3.secretKey, 200)).toEqual({ 200: 32 });
+      await gateway.stop();
+      expect(gateway.exitCode()).toBe(0);
+      const { rows } = await pool.query<{ id: string }>(
+        'SELECT id FROM keys WHERE last_used_at IS NOT NULL',
+      );
+      // The keys used before are written too, with the time of their last use.
+      expect(rows.map((row) => row.id)).toContain(fixtures.keys.level3.id);
     });
   });
 
