@@ -25,6 +25,7 @@ import type { RedisCommandClient } from '../lib/rate-limit/redis-commands';
 import { RedisHealth } from '../lib/rate-limit/redis-health';
 import type { LimiterRedis } from '../lib/rate-limit/window';
 import { DEFAULT_LIMITS } from '../gateway/config';
+import { median } from './report';
 
 /**
  * `npm run bench:redis-connections`: the gateway's Redis limit check run from N worker threads
@@ -450,14 +451,6 @@ async function measure(
     fallbacks: Math.max(0, ops - scripts),
     refused,
   };
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1
-    ? (sorted[middle] ?? 0)
-    : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
 }
 
 const fmt = (value: number, digits = 0): string =>

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { currentPlatform, portSharing } from '../gateway/workers/plan';
 import { type Child, cpuSecondsOf, freePort, startChild, waitUntil } from './processes';
 import { runWrk, writeRotatingScript } from './wrk';
+import { median } from './report';
 
 /**
  * `npm run bench:workers`: the gateway on one thread and on two (`TOLLGATE_WORKERS`), both
@@ -152,14 +153,6 @@ async function measure(gateway: Gateway, script: string, seconds: number): Promi
     mainUs: (main * 1e6) / Math.max(1, result.requests),
     errors: result.errorStatuses + result.socketErrors,
   };
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1
-    ? (sorted[middle] ?? 0)
-    : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
 }
 
 const fmt = (value: number, digits = 0): string =>

@@ -12,13 +12,12 @@ import {
 } from '../lib';
 import { PgKeyStore } from '../lib/entry/postgres';
 import {
-  type ChangedRows,
   type PackedTable,
   RingFollower,
   type RingFollowerStart,
+  type RingNews,
   TableKeyStore,
 } from '../lib/internal';
-import type { PgKeyStoreState } from '../lib/entry/postgres';
 import { createLimiterRedis, type LimiterRedisConnection } from '../lib/entry/redis';
 import { type AdminAppOptions, createAdminApp } from './admin';
 import { createApp, type GatewayApp } from './app';
@@ -69,12 +68,8 @@ export interface StartOptions {
 export type KeysNews =
   /** The keys file's new ring, in force on the main thread since a reload. */
   | { readonly type: 'keys'; readonly table: PackedTable }
-  /** The database ring's new base, with the rows applied over it since its snapshot. */
-  | { readonly type: 'keys-base'; readonly table: PackedTable; readonly rows: ChangedRows }
-  /** A batch of database rows applied to the ring in force. */
-  | { readonly type: 'keys-changes'; readonly rows: ChangedRows }
-  /** The database key store's state after a sync. */
-  | { readonly type: 'keys-state'; readonly state: PgKeyStoreState };
+  /** What the database key store told of its ring: a new base, a batch of changes, its state. */
+  | { readonly type: 'keys-ring'; readonly news: RingNews };
 
 /** What a worker thread's gateway takes from the main thread. */
 export interface WorkerRole {
@@ -217,14 +212,8 @@ export async function startGateway(
           logger.info({ event: 'keys.reloaded', keys: count }, 'keys file reloaded');
           return;
         }
-        case 'keys-base':
-          follower?.base(news.table, news.rows);
-          return;
-        case 'keys-changes':
-          follower?.changes(news.rows);
-          return;
-        case 'keys-state':
-          follower?.follow(news.state);
+        case 'keys-ring':
+          follower?.hear(news.news);
           return;
       }
     },

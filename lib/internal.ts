@@ -49,9 +49,12 @@ export { isGraceSeconds, MAX_GRACE_SECONDS } from './keys/key-roll';
 export { loadSharedFileKeyStore } from './keys/key-store';
 export { TableKeyStore } from './keys/table-key-store';
 export { noteUsesElsewhere, openSharedPgKeyStore } from './keys/pg-key-store';
-export type { RingFeed } from './keys/pg-key-sync';
-export type { ChangedRows } from './keys/pg-changes';
-export { RingFollower, type RingFollowerStart } from './keys/ring-follower';
+export {
+  RingBroadcast,
+  RingFollower,
+  type RingFollowerStart,
+  type RingNews,
+} from './keys/ring-follower';
 export type { PackedTable } from './keys/packed-table';
 export { HostClient } from './host/host-client';
 export { HostIdempotencyStore } from './host/host-idempotency-store';

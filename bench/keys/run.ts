@@ -52,8 +52,8 @@ import { currentPlatform, portSharing } from '../../gateway/workers/plan';
  * and the worst waits of all of them are printed side by side: one lucky or unlucky run on a shared
  * machine decides nothing.
  *
- * - the keys file's gateway on each of BENCH_KEYS_WORKERS thread counts (`1,4` where threads can
- *   share a port, else none): its RSS once every thread serves, against one thread's.
+ * - the gateway of each source on each of BENCH_KEYS_WORKERS thread counts (`1,4` where threads
+ *   can share a port, else none): its RSS once every thread serves, against one thread's.
  *
  * Settings: BENCH_KEYS, a comma-separated list of sizes (100000); BENCH_KEYS_SOURCES, `file`,
  * `database` or both (both); BENCH_RATE (500); BENCH_RELOADS (3); BENCH_NODE_FLAGS, Node flags
@@ -76,7 +76,7 @@ interface Settings {
   readonly sources: readonly ('file' | 'database')[];
   readonly rate: number;
   readonly reloads: number;
-  /** Worker thread counts to measure the keys file's memory with; none where threads cannot share a port. */
+  /** Worker thread counts to measure each source's memory with; none where threads cannot share a port. */
   readonly workers: readonly number[];
 }
 
@@ -317,21 +317,23 @@ function loopLine(label: string, loop: LoopDelay): string {
 }
 
 /**
- * The keys file's gateway on each thread count in turn, alone on the machine: its process's RSS
- * once every thread serves and 2 s of traffic went through them, and each count's against the
- * first's. The threads share one ring, so more threads cost each one's own heap, not the keys.
+ * The gateway of the keys file or of the database (`keys`, its settings) on each thread count in
+ * turn, alone on the machine: its process's RSS once every thread serves and 2 s of traffic went
+ * through them, and each count's against the first's. The threads share one ring, so more threads
+ * cost each one's own heap, not the keys.
  */
 async function threadsMemory(
+  source: 'file' | 'database',
+  keys: Readonly<Record<string, string>>,
   workers: readonly number[],
-  file: string,
   traffic: readonly Record<string, string>[],
   rate: number,
   print: (line: string) => void,
 ): Promise<void> {
   const measured: { threads: number; rss: number }[] = [];
   for (const threads of workers) {
-    const gateway = await Gateway.start(`file gateway, ${threads} threads`, {
-      TOLLGATE_KEYS_FILE: file,
+    const gateway = await Gateway.start(`${source} gateway, ${threads} threads`, {
+      ...keys,
       TOLLGATE_WORKERS: String(threads),
     });
     try {
@@ -348,7 +350,7 @@ async function threadsMemory(
   const first = measured[0];
   if (first === undefined) return;
   print(
-    `file memory by TOLLGATE_WORKERS: ` +
+    `${source} memory by TOLLGATE_WORKERS: ` +
       measured
         .map(
           ({ threads, rss }) =>
@@ -457,7 +459,7 @@ async function main(): Promise<void> {
         print(spreadLine('file SIGHUP reloads', worst, loops));
         print(`file memory after the reload: ${perKey(await gateway.memory(), baseline, count)}`);
         await gateway.stop();
-        await threadsMemory(workers, live, traffic, rate, print);
+        await threadsMemory('file', { TOLLGATE_KEYS_FILE: live }, workers, traffic, rate, print);
         for (const written of [file, revokedFile, live]) rmSync(written, { force: true });
       }
 
@@ -530,6 +532,9 @@ async function main(): Promise<void> {
           print(
             `database memory after the full reload: ${perKey(await a.memory(), baseline, count)}`,
           );
+          await a.stop();
+          const database = { TOLLGATE_DATABASE_URL: url };
+          await threadsMemory('database', database, workers, traffic, rate, print);
         } finally {
           await Promise.all(gateways.map((gateway) => gateway.stop()));
           postgres?.destroy();

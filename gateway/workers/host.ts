@@ -4,15 +4,12 @@ import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { ConfigurationError, type Logger, ThreadShare } from '../../lib';
-import type { PgKeyStore, PgKeyStoreState } from '../../lib/entry/postgres';
 import {
-  type ChangedRows,
   loadSharedFileKeyStore,
   noteUsesElsewhere,
   openSharedPgKeyStore,
   type PackedTable,
-  type RingFeed,
-  type RingFollowerStart,
+  RingBroadcast,
 } from '../../lib/internal';
 import { GATEWAY_LIMIT_SCOPES } from '../keys-cli/limit-scopes';
 import type { GatewayConfig } from '../config';
@@ -21,7 +18,6 @@ import type { ReadinessReport } from '../readiness';
 import {
   drain,
   fileReloader,
-  type KeysNews,
   type OpenedKeys,
   openKeys,
   type RunningAdmin,
@@ -101,8 +97,10 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
   };
   // The database is read by this thread alone: every worker follows the ring it keeps, the same
   // base in shared memory and the same batches of changes after it, in the order they happen here.
-  const ringNews = new RingNews((news) => {
-    for (const slot of slots) if (slot.thread !== undefined) post(slot.thread, news);
+  const ringNews = new RingBroadcast((news) => {
+    for (const slot of slots) {
+      if (slot.thread !== undefined) post(slot.thread, { type: 'keys-ring', news });
+    }
   });
   // A keys file or a key database is read here for every worker; demo keys only for the admin
   // listener, which lists them.
@@ -423,51 +421,13 @@ async function sharedFileKeys(
 async function sharedDatabaseKeys(
   connectionString: string,
   logger: Logger,
-  news: RingNews,
+  news: RingBroadcast,
 ): Promise<OpenedKeys> {
   const databaseStore = await openSharedPgKeyStore(
     { connectionString, logger, limitScopes: GATEWAY_LIMIT_SCOPES },
     news,
   );
   return { keyStore: databaseStore, fileStore: undefined, databaseStore, demo: undefined };
-}
-
-/**
- * What the database store tells of its ring, passed on to every worker running (`tell`), and kept
- * as where a worker started later begins: the base in force and every batch applied since.
- */
-class RingNews implements RingFeed {
-  private table: PackedTable | undefined;
-  private rows: ChangedRows[] = [];
-
-  constructor(private readonly tell: (news: KeysNews) => void) {}
-
-  base(table: PackedTable, rows: ChangedRows): void {
-    this.table = table;
-    this.rows = [rows];
-    this.tell({ type: 'keys-base', table, rows });
-  }
-
-  changes(rows: ChangedRows): void {
-    this.rows.push(rows);
-    this.tell({ type: 'keys-changes', rows });
-  }
-
-  state(state: PgKeyStoreState): void {
-    this.tell({ type: 'keys-state', state });
-  }
-
-  /** Where a worker starts now. */
-  start(store: PgKeyStore): RingFollowerStart {
-    if (this.table === undefined) throw new Error('the key database store has no ring yet');
-    return {
-      table: this.table,
-      rows: [...this.rows],
-      state: store.state(),
-      limitScopes: store.limitScopes,
-      permissionNames: store.permissionNames,
-    };
-  }
 }
 
 function post(thread: Worker, message: ToWorker): void {

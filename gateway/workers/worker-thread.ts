@@ -114,9 +114,7 @@ function serve(
         );
         return;
       case 'keys':
-      case 'keys-base':
-      case 'keys-changes':
-      case 'keys-state':
+      case 'keys-ring':
         gateway.serveKeys(message);
         return;
       case 'written':

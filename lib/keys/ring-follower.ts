@@ -3,7 +3,17 @@ import { LiveKeyRing } from './live-key-ring';
 import { PackedKeyRing } from './packed-key-ring';
 import type { PackedTable } from './packed-table';
 import { type ChangedRows, ChangeReader } from './pg-changes';
+import type { RingFeed } from './pg-key-sync';
 import type { PgKeyStoreState } from './pg-key-views';
+
+/** One thing the database store told of its ring, as it crosses to another thread. */
+export type RingNews =
+  /** A new base, with the rows applied over it since its snapshot. */
+  | { readonly kind: 'base'; readonly table: PackedTable; readonly rows: ChangedRows }
+  /** One batch of rows, applied to the ring in force. */
+  | { readonly kind: 'changes'; readonly rows: ChangedRows }
+  /** The store's state after a sync. */
+  | { readonly kind: 'state'; readonly state: PgKeyStoreState };
 
 /**
  * Where a follower starts: the base in force, the rows applied over it since, the state, and the
@@ -38,19 +48,19 @@ export class RingFollower implements KeyStore, Required<KeyDirectory> {
     this.store = start.state;
   }
 
-  /** A new base, with the rows applied over it since its snapshot. */
-  base(table: PackedTable, rows: ChangedRows): void {
-    this.ring = this.ringOf(table, [rows]);
-  }
-
-  /** One batch of rows, applied to the ring in force. */
-  changes(rows: ChangedRows): void {
-    this.ring.apply(this.reader.read(rows, -1n).changes);
-  }
-
-  /** The store's state, as the thread that reads the database last told it. */
-  follow(state: PgKeyStoreState): void {
-    this.store = state;
+  /** Puts in force what the store told, in one synchronous step; news must come in its order. */
+  hear(news: RingNews): void {
+    switch (news.kind) {
+      case 'base':
+        this.ring = this.ringOf(news.table, [news.rows]);
+        return;
+      case 'changes':
+        this.ring.apply(this.reader.read(news.rows, -1n).changes);
+        return;
+      case 'state':
+        this.store = news.state;
+        return;
+    }
   }
 
   state(): PgKeyStoreState {
@@ -111,5 +121,52 @@ export class RingFollower implements KeyStore, Required<KeyDirectory> {
   private noteUse(record: KeyRecord | undefined): KeyRecord | undefined {
     if (record !== undefined && !record.revoked) this.used.set(record.id, performance.now());
     return record;
+  }
+}
+
+/** The store a broadcast starts followers from. */
+interface Broadcaster {
+  state(): PgKeyStoreState;
+  readonly limitScopes: LimitScopes;
+  readonly permissionNames: readonly string[];
+}
+
+/**
+ * The feed of a database store whose ring other threads follow: each thing it tells is passed on
+ * at once (`tell`, to every follower running), and kept as where a follower started later begins,
+ * the base in force and every batch applied since (the store builds a new base before that list
+ * grows past a sixteenth of the keys).
+ */
+export class RingBroadcast implements RingFeed {
+  private table: PackedTable | undefined;
+  private rows: ChangedRows[] = [];
+
+  constructor(private readonly tell: (news: RingNews) => void) {}
+
+  base(table: PackedTable, rows: ChangedRows): void {
+    this.table = table;
+    this.rows = [rows];
+    this.tell({ kind: 'base', table, rows });
+  }
+
+  changes(rows: ChangedRows): void {
+    this.rows.push(rows);
+    this.tell({ kind: 'changes', rows });
+  }
+
+  state(state: PgKeyStoreState): void {
+    this.tell({ kind: 'state', state });
+  }
+
+  /** Where a follower starts now, from `store`'s ring. */
+  start(store: Broadcaster): RingFollowerStart {
+    if (this.table === undefined) throw new Error('the key database store has no ring yet');
+    return {
+      table: this.table,
+      rows: [...this.rows],
+      state: store.state(),
+      limitScopes: store.limitScopes,
+      permissionNames: store.permissionNames,
+    };
   }
 }

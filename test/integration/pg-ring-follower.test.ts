@@ -1,14 +1,15 @@
 import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import { Pool } from 'pg';
 import type { KeyRecord } from '../../lib';
-import type { PgKeyStore, PgKeyStoreState } from '../../lib/entry/postgres';
+import type { PgKeyStore } from '../../lib/entry/postgres';
 import {
-  type ChangedRows,
   noteUsesElsewhere,
   openSharedPgKeyStore,
   type PackedTable,
+  RingBroadcast,
   RingFollower,
   type RingFollowerStart,
+  type RingNews,
 } from '../../lib/internal';
 import { FULL_LOAD_ROWS } from '../../lib/keys/pg-key-store';
 import { migrate } from '../../lib/keys/pg-schema';
@@ -21,54 +22,34 @@ import { describeWithPostgres, startTestPostgres, type TestPostgres } from '../h
  * rows arrive cloned (their digests as plain `Uint8Array`s, the base in shared memory).
  */
 
-type News =
-  | { readonly type: 'base'; readonly table: PackedTable; readonly rows: ChangedRows }
-  | { readonly type: 'changes'; readonly rows: ChangedRows }
-  | { readonly type: 'state'; readonly state: PgKeyStoreState };
-
-/** The store's feed, posted on `port`, and where a follower starts, as the gateway's host keeps it. */
-class PostedFeed {
-  table: PackedTable | undefined;
-  rows: ChangedRows[] = [];
-  bases = 0;
-
-  constructor(private readonly port: MessagePort) {}
-
-  base(table: PackedTable, rows: ChangedRows): void {
-    this.table = table;
-    this.rows = [rows];
-    this.bases++;
-    this.port.postMessage({ type: 'base', table, rows } satisfies News);
-  }
-
-  changes(rows: ChangedRows): void {
-    this.rows.push(rows);
-    this.port.postMessage({ type: 'changes', rows } satisfies News);
-  }
-
-  state(state: PgKeyStoreState): void {
-    this.port.postMessage({ type: 'state', state } satisfies News);
-  }
-
-  start(store: PgKeyStore): RingFollowerStart {
-    if (this.table === undefined) throw new Error('no base yet');
-    return {
-      table: this.table,
-      rows: [...this.rows],
-      state: store.state(),
-      limitScopes: store.limitScopes,
-      permissionNames: store.permissionNames,
-    };
-  }
+/** The store's broadcast, posted on `port`; it counts the bases and keeps the last one. */
+function broadcastOn(port: MessagePort): {
+  broadcast: RingBroadcast;
+  bases: () => number;
+  table: () => PackedTable | undefined;
+  batches: () => number;
+} {
+  let bases = 0;
+  let batches = 0;
+  let table: PackedTable | undefined;
+  const broadcast = new RingBroadcast((news) => {
+    if (news.kind === 'base') {
+      bases++;
+      batches = 1;
+      table = news.table;
+    } else if (news.kind === 'changes') {
+      batches++;
+    }
+    port.postMessage(news);
+  });
+  return { broadcast, bases: () => bases, table: () => table, batches: () => batches };
 }
 
 /** A follower fed from `port`, started from a clone of `start` (as `workerData` is). */
 function follow(port: MessagePort, start: RingFollowerStart): RingFollower {
   const follower = new RingFollower(structuredClone(start));
-  port.on('message', (news: News) => {
-    if (news.type === 'base') follower.base(news.table, news.rows);
-    else if (news.type === 'changes') follower.changes(news.rows);
-    else follower.follow(news.state);
+  port.on('message', (news: RingNews) => {
+    follower.hear(news);
   });
   return follower;
 }
@@ -109,7 +90,7 @@ describeWithPostgres('the database ring followed by another thread', () => {
   let url: string;
   let pool: Pool;
   let store: PgKeyStore;
-  let feed: PostedFeed;
+  let feed: ReturnType<typeof broadcastOn>;
   let follower: RingFollower;
   const ports: MessagePort[] = [];
   /** Secret keys made so far, by key id. */
@@ -136,12 +117,12 @@ describeWithPostgres('the database ring followed by another thread', () => {
     );
     const channel = new MessageChannel();
     ports.push(channel.port1, channel.port2);
-    feed = new PostedFeed(channel.port1);
+    feed = broadcastOn(channel.port1);
     store = await openSharedPgKeyStore(
       { connectionString: url, queryTimeoutMs: 2000, limitScopes: GATEWAY_LIMIT_SCOPES },
-      feed,
+      feed.broadcast,
     );
-    follower = follow(channel.port2, feed.start(store));
+    follower = follow(channel.port2, feed.broadcast.start(store));
   }, 60_000);
 
   afterAll(async () => {
@@ -152,7 +133,7 @@ describeWithPostgres('the database ring followed by another thread', () => {
   });
 
   it('starts from the same base, held in shared memory', async () => {
-    const table = feed.table as unknown as Record<string, unknown>;
+    const table = feed.table() as unknown as Record<string, unknown>;
     const arrays = Object.values(table).filter((value) => ArrayBuffer.isView(value));
     expect(arrays.length).toBeGreaterThan(0);
     // By its tag: the test's realm has a SharedArrayBuffer of its own.
@@ -207,13 +188,13 @@ describeWithPostgres('the database ring followed by another thread', () => {
   it('a follower started late, from the base and the batches since, holds the same ring', async () => {
     const channel = new MessageChannel();
     ports.push(channel.port1, channel.port2);
-    expect(feed.rows.length).toBeGreaterThan(1);
-    const late = follow(channel.port2, feed.start(store));
+    expect(feed.batches()).toBeGreaterThan(1);
+    const late = follow(channel.port2, feed.broadcast.start(store));
     await sameRing(late);
   });
 
   it('follows a new base when the store rebuilds it, and the changes made meanwhile', async () => {
-    const before = feed.bases;
+    const before = feed.bases();
     await pool.query('INSERT INTO accounts (id) VALUES ($1)', ['acct_bulk']);
     await pool.query(
       `INSERT INTO keys (id, account_id, role, publishable_key, secret_sha256)
@@ -223,7 +204,7 @@ describeWithPostgres('the database ring followed by another thread', () => {
       [FULL_LOAD_ROWS + 10],
     );
     await store.sync();
-    await within(60_000, () => feed.bases > before && store.size >= FULL_LOAD_ROWS + 10);
+    await within(60_000, () => feed.bases() > before && store.size >= FULL_LOAD_ROWS + 10);
     await store.createAccount('acct_after');
     const late = await store.createKey('acct_after');
     secrets.set(late.id, late.secretKey);
