@@ -3,6 +3,8 @@ import type { Logger } from '../model/logger';
 import type { AccountLimits, LimitScopes } from '../model/key-record';
 import { PermissionSets } from '../model/permissions';
 import type { AccountRow, KeyRow, RingChanges } from './live-key-ring';
+import type { PackedTable } from './packed-table';
+import type { PgKeyStoreState } from './pg-key-views';
 import {
   type AccountSql as RingAccountSql,
   type KeySql as RingKeySql,
@@ -29,6 +31,17 @@ export interface ChangedRows {
   readonly accounts: readonly AccountSql[];
   readonly keys: readonly KeySql[];
   readonly deletions: readonly DeletionSql[];
+}
+
+/**
+ * What a store whose ring other threads follow tells them, in the order it happens: each new base
+ * (built in shared memory) with the rows applied over it, each batch of rows applied since, and
+ * its state after every sync. A follower that applies them in that order holds the same ring.
+ */
+export interface RingFeed {
+  base(table: PackedTable, rows: ChangedRows): void;
+  changes(rows: ChangedRows): void;
+  state(state: PgKeyStoreState): void;
 }
 
 /** Makes ring changes of changed rows, by the store's limit scopes and permission names. */

@@ -37,7 +37,8 @@ import type {
   PgKeyStoreState,
 } from './pg-key-views';
 import { migrate } from './pg-schema';
-import { PgKeySync, type RingFeed } from './pg-key-sync';
+import { PgKeySync } from './pg-key-sync';
+import type { RingFeed } from './pg-changes';
 import { assertMigrated } from './pg-schema';
 
 /**

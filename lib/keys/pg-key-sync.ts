@@ -3,7 +3,6 @@ import type { Logger } from '../model/logger';
 import type { LimitScopes } from '../model/key-record';
 import { LiveKeyRing } from './live-key-ring';
 import { PackedKeyRing } from './packed-key-ring';
-import type { PackedTable } from './packed-table';
 import { type BuiltRing, buildRing } from './ring-build';
 import {
   ChangeReader,
@@ -13,6 +12,7 @@ import {
   type KeySql,
   logBlockedAccount,
   logBlockedKey,
+  type RingFeed,
 } from './pg-changes';
 import { FULL_LOAD_ROWS, NOTIFY_CHANNEL, type PgKeyStoreState } from './pg-key-views';
 
@@ -44,17 +44,6 @@ export interface PgKeySyncSettings {
   readonly pollIntervalMs: number;
   /** Given every ring and batch of changes once in force, for other threads to follow. */
   readonly feed?: RingFeed | undefined;
-}
-
-/**
- * What a store whose ring other threads follow tells them, in the order it happens: each new base
- * (built in shared memory) with the rows applied over it, each batch of rows applied since, and
- * its state after every sync. A follower that applies them in that order holds the same ring.
- */
-export interface RingFeed {
-  base(table: PackedTable, rows: ChangedRows): void;
-  changes(rows: ChangedRows): void;
-  state(state: PgKeyStoreState): void;
 }
 
 export class PgKeySync {

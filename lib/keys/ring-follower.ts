@@ -2,8 +2,7 @@ import type { KeyDirectory, KeyRecord, KeyStore, LimitScopes } from '../model/ke
 import { LiveKeyRing } from './live-key-ring';
 import { PackedKeyRing } from './packed-key-ring';
 import type { PackedTable } from './packed-table';
-import { type ChangedRows, ChangeReader } from './pg-changes';
-import type { RingFeed } from './pg-key-sync';
+import { type ChangedRows, ChangeReader, type RingFeed } from './pg-changes';
 import type { PgKeyStoreState } from './pg-key-views';
 
 /** One thing the database store told of its ring, as it crosses to another thread. */
