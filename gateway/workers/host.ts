@@ -32,8 +32,9 @@ import type { Answers, FromWorker, Question, ToWorker, WorkerStart } from './mes
 
 /**
  * The main thread of a gateway served by several worker threads on one port. It starts what there
- * is one of per host (the stub upstream, the admin listener, the demo keys and the signing secret
- * the workers share), starts the workers, and makes them one face: `/metrics` sums theirs,
+ * is one of per host (the keys file or the key database, read here for every worker, the stub
+ * upstream, the admin listener, the demo keys and the signing secret the workers share), starts
+ * the workers, and makes them one face: `/metrics` sums theirs,
  * `/readyz` is ready when every worker is, SIGHUP reloads each once, SIGTERM drains them all, and a
  * worker that stops unasked is replaced while the others go on serving.
  */
@@ -97,7 +98,7 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
   };
   // The database is read by this thread alone: every worker follows the ring it keeps, the same
   // base in shared memory and the same batches of changes after it, in the order they happen here.
-  const ringNews = new RingBroadcast((news) => {
+  const broadcast = new RingBroadcast((news) => {
     for (const slot of slots) {
       if (slot.thread !== undefined) post(slot.thread, { type: 'keys-ring', news });
     }
@@ -108,7 +109,7 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
     config.keysFile !== undefined
       ? await sharedFileKeys(config.keysFile, shareKeys)
       : config.databaseUrl !== undefined
-        ? await sharedDatabaseKeys(config.databaseUrl, logger, ringNews)
+        ? await sharedDatabaseKeys(config.databaseUrl, logger, broadcast)
         : config.admin === undefined
           ? undefined
           : await openKeys(config, logger, demoCredentials);
@@ -150,7 +151,7 @@ export async function startHost(config: GatewayConfig, options: HostOptions): Pr
     secret,
     demoCredentials,
     keysTable,
-    keysFollow: keys?.databaseStore === undefined ? undefined : ringNews.start(keys.databaseStore),
+    keysFollow: keys?.databaseStore === undefined ? undefined : broadcast.start(keys.databaseStore),
     threads: share.link(),
     readySlots,
   });
@@ -417,15 +418,15 @@ async function sharedFileKeys(
   return { keyStore: fileStore, fileStore, databaseStore: undefined, demo: undefined };
 }
 
-/** The database key store, opened here with its ring in shared memory, told to `news`. */
+/** The database key store, opened here with its ring in shared memory, told to `broadcast`. */
 async function sharedDatabaseKeys(
   connectionString: string,
   logger: Logger,
-  news: RingBroadcast,
+  broadcast: RingBroadcast,
 ): Promise<OpenedKeys> {
   const databaseStore = await openSharedPgKeyStore(
     { connectionString, logger, limitScopes: GATEWAY_LIMIT_SCOPES },
-    news,
+    broadcast,
   );
   return { keyStore: databaseStore, fileStore: undefined, databaseStore, demo: undefined };
 }

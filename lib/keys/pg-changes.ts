@@ -58,6 +58,11 @@ export class ChangeReader {
     this.permissionSets = new PermissionSets(permissionNames);
   }
 
+  /** The batch the rows make, whatever version the ring is at. */
+  changesOf(rows: ChangedRows): RingChanges {
+    return this.read(rows, 0n).changes;
+  }
+
   /** The batch the rows make, and the version it brings a ring at `version` to. */
   read(rows: ChangedRows, version: bigint): { changes: RingChanges; version: bigint } {
     const { accounts, keys, deletions } = rows;

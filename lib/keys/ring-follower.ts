@@ -54,7 +54,7 @@ export class RingFollower implements KeyStore, Required<KeyDirectory> {
         this.ring = this.ringOf(news.table, [news.rows]);
         return;
       case 'changes':
-        this.ring.apply(this.reader.read(news.rows, -1n).changes);
+        this.ring.apply(this.reader.changesOf(news.rows));
         return;
       case 'state':
         this.store = news.state;
@@ -84,7 +84,7 @@ export class RingFollower implements KeyStore, Required<KeyDirectory> {
 
   private ringOf(table: PackedTable, batches: readonly ChangedRows[]): LiveKeyRing {
     const ring = new LiveKeyRing(new PackedKeyRing(table));
-    for (const rows of batches) ring.apply(this.reader.read(rows, -1n).changes);
+    for (const rows of batches) ring.apply(this.reader.changesOf(rows));
     return ring;
   }
 
