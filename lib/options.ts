@@ -106,16 +106,28 @@ export const LIMITER_REDIS = check(
 /** The SharedArrayBuffer the worker threads of one process keep their failure budget in. */
 export const FAILURE_BUDGET_BUFFER = check(
   'a SharedArrayBuffer of a ThreadShare link (its failures)',
-  (value) => Object.prototype.toString.call(value) === '[object SharedArrayBuffer]',
+  isSharedArrayBuffer,
 );
+
+function isSharedArrayBuffer(value: unknown): boolean {
+  return Object.prototype.toString.call(value) === '[object SharedArrayBuffer]';
+}
 
 export const TOKEN_SERVICE = objectWith('a TokenService', ['issue', 'verify']);
 
-/** One worker's share of a `ThreadShare`: its port, and the failure budget's shared memory. */
+/** One worker's share of a `ThreadShare`: its port, and the shared memory of its counts. */
 export const THREAD_LINK = check('a link of ThreadShare#link()', (value) => {
   if (typeof value !== 'object' || value === null) return false;
-  const { port, failures } = value as { port?: { postMessage?: unknown }; failures?: unknown };
-  return typeof port?.postMessage === 'function' && FAILURE_BUDGET_BUFFER.test(failures);
+  const { port, failures, counters } = value as {
+    port?: { postMessage?: unknown };
+    failures?: unknown;
+    counters?: unknown;
+  };
+  return (
+    typeof port?.postMessage === 'function' &&
+    isSharedArrayBuffer(failures) &&
+    isSharedArrayBuffer(counters)
+  );
 });
 
 /** The failed-authentication budget, of which a middleware uses one method. */

@@ -61,6 +61,7 @@ import {
   type ScopeUsage,
 } from './limits';
 import { AdmissionStore } from '../rate-limit/admission-store';
+import { SharedCounters } from '../rate-limit/shared-counters';
 import { HostClient } from '../host/host-client';
 import { HostIdempotencyStore } from '../host/host-idempotency-store';
 import type { ThreadLink } from '../host/thread-share';
@@ -481,7 +482,14 @@ export function buildGate<S extends Scopes>(
   // One store for every scope, so a request meeting several is admitted in one step, and for the
   // failure budget: one fallback and one health signal for every counter of the gate.
   const host = options.threads === undefined ? undefined : new HostClient(options.threads.port);
-  const store = new AdmissionStore({ windowMs, redis: options.redis, expectedInstances, host });
+  const sharedCounters =
+    options.threads === undefined ? undefined : new SharedCounters(options.threads.counters);
+  const store = new AdmissionStore({
+    windowMs,
+    redis: options.redis,
+    expectedInstances,
+    sharedCounters,
+  });
   const scopes = new Map<string, ScopeCounter>();
   for (const [name, definition] of Object.entries(options.scopes)) {
     scopes.set(

@@ -1,8 +1,6 @@
 import type { MessagePort } from 'node:worker_threads';
 import { IdempotencyStoreError } from '../idempotency/store';
-import type { CounterReading } from '../rate-limit/compact-memory-store';
 import {
-  type CounterDescriptor,
   HostOp,
   HostOperationError,
   HostStatus,
@@ -12,7 +10,7 @@ import {
 
 /**
  * A worker thread's side of the port to the host thread (`HostState`), where the process's
- * in-memory limits and idempotency records live.
+ * idempotency records kept in memory live.
  *
  * - The operations called in one event-loop turn wait in one array; in the turn's check phase
  *   (`setImmediate`) they leave as one message, and the host answers them with one message.
@@ -23,18 +21,6 @@ import {
  *   fails with `HostUnavailableError`, and every later one fails at once with the same error.
  */
 
-/** One counter a request meets, named by the object registered for its scope. */
-export interface HostCounterRequest {
-  /** What `registerCounters()` was given for the scope (its `LocalCounters`). */
-  readonly counter: object;
-  readonly key: string;
-  readonly limit: number;
-  readonly enforced: boolean;
-}
-
-/** A counter read without counting. */
-export type HostCounterPeek = Pick<HostCounterRequest, 'counter' | 'key'>;
-
 /** The bounds of a record store, taken from the first worker that names it. */
 export interface HostRecordBounds {
   readonly maxRecords?: number | undefined;
@@ -44,8 +30,6 @@ export interface HostRecordBounds {
 /** An operation sent, waiting for its answer. */
 interface Pending {
   readonly op: HostOp;
-  /** Where an admission or a reading writes the counts it answers. */
-  readonly readings: CounterReading[] | undefined;
   resolve(value: unknown): void;
   reject(error: Error): void;
 }
@@ -58,8 +42,6 @@ export class HostClient {
   private scheduled = false;
   /** Batches sent and not yet answered, oldest first. */
   private readonly inFlight: Pending[][] = [];
-  private readonly counterIds = new WeakMap<object, number>();
-  private nextCounterId = 0;
   private nextRecordsId = 0;
   private failure: HostUnavailableError | undefined;
 
@@ -87,24 +69,6 @@ export class HostClient {
     return this.failure !== undefined;
   }
 
-  /**
-   * Names `counter` (one scope's counters) on the host: the host keeps one set of counters per
-   * descriptor, shared with every worker that registers the same one. Travels before any
-   * operation on it, as everything on the port keeps its order.
-   */
-  registerCounters(counter: object, descriptor: CounterDescriptor): void {
-    const id = this.nextCounterId++;
-    this.counterIds.set(counter, id);
-    this.enqueue(
-      HostOp.registerCounters,
-      id,
-      descriptor.prefix,
-      descriptor.windowMs,
-      descriptor.rolling,
-      descriptor.ipv4KeyPrefix,
-    );
-  }
-
   /** Names the record store `name` on the host: the number its operations use on this port. */
   registerRecords(name: string, bounds: HostRecordBounds = {}): number {
     const id = this.nextRecordsId++;
@@ -118,58 +82,11 @@ export class HostClient {
     return id;
   }
 
-  /**
-   * `admitLocal()` on the host's counters, each count scaled by `scale`: the index of the enforced
-   * request that refused, or -1 when admitted. Writes each counter's reading into `readings`.
-   */
-  admit(
-    requests: readonly HostCounterRequest[],
-    readings: CounterReading[],
-    scale: number,
-  ): Promise<number> {
-    const values: HostValue[] = [HostOp.admit, scale, requests.length];
-    for (const request of requests) {
-      const id = this.counterIds.get(request.counter);
-      if (id === undefined) return Promise.reject(unregistered());
-      values.push(id, request.key, request.limit, request.enforced);
-    }
-    return this.call(HostOp.admit, readings, values) as Promise<number>;
-  }
-
-  /** `peekLocal()` on the host's counters: writes each reading, scaled by `scale`, into `readings`. */
-  peek(
-    requests: readonly HostCounterPeek[],
-    readings: CounterReading[],
-    scale: number,
-  ): Promise<void> {
-    const values: HostValue[] = [HostOp.peek, scale, requests.length];
-    for (const request of requests) {
-      const id = this.counterIds.get(request.counter);
-      if (id === undefined) return Promise.reject(unregistered());
-      values.push(id, request.key);
-    }
-    return this.call(HostOp.peek, readings, values) as Promise<void>;
-  }
-
-  /** Takes back one admission of `key` on the host, never below zero. */
-  decrement(counter: object, key: string): Promise<void> {
-    return this.onCounter(HostOp.decrement, counter, key);
-  }
-
-  /** Forgets every count of `key` on the host. */
-  reset(counter: object, key: string): Promise<void> {
-    return this.onCounter(HostOp.reset, counter, key);
-  }
-
   /** `MemoryIdempotencyStore.claim()` in the host's store `records`. */
   claim(records: number, name: string, claim: string, ttlMs: number): Promise<string | undefined> {
-    return this.call(HostOp.claim, undefined, [
-      HostOp.claim,
-      records,
-      name,
-      claim,
-      ttlMs,
-    ]) as Promise<string | undefined>;
+    return this.call(HostOp.claim, [HostOp.claim, records, name, claim, ttlMs]) as Promise<
+      string | undefined
+    >;
   }
 
   /** `MemoryIdempotencyStore.settle()` in the host's store `records`. */
@@ -180,7 +97,7 @@ export class HostClient {
     record: string,
     ttlMs: number,
   ): Promise<boolean> {
-    return this.call(HostOp.settle, undefined, [
+    return this.call(HostOp.settle, [
       HostOp.settle,
       records,
       name,
@@ -192,12 +109,7 @@ export class HostClient {
 
   /** `MemoryIdempotencyStore.release()` in the host's store `records`. */
   release(records: number, name: string, claim: string): Promise<void> {
-    return this.call(HostOp.release, undefined, [
-      HostOp.release,
-      records,
-      name,
-      claim,
-    ]) as Promise<void>;
+    return this.call(HostOp.release, [HostOp.release, records, name, claim]) as Promise<void>;
   }
 
   /** Closes the port: what waits fails, as does every later operation. */
@@ -205,22 +117,12 @@ export class HostClient {
     this.fail(new HostUnavailableError('the client was closed'));
   }
 
-  private onCounter(op: HostOp, counter: object, key: string): Promise<void> {
-    const id = this.counterIds.get(counter);
-    if (id === undefined) return Promise.reject(unregistered());
-    return this.call(op, undefined, [op, id, key]) as Promise<void>;
-  }
-
   /** Queues one operation that expects an answer. */
-  private call(
-    op: HostOp,
-    readings: CounterReading[] | undefined,
-    values: readonly HostValue[],
-  ): Promise<unknown> {
+  private call(op: HostOp, values: readonly HostValue[]): Promise<unknown> {
     if (this.failure !== undefined) return Promise.reject(this.failure);
     return new Promise((resolve, reject) => {
       this.enqueue(...values);
-      this.queued.push({ op, readings, resolve, reject });
+      this.queued.push({ op, resolve, reject });
     });
   }
 
@@ -291,16 +193,6 @@ export class HostClient {
 /** Resolves one answered operation from `answer` at `at`: where the next operation's answer starts. */
 function settle(pending: Pending, answer: readonly HostValue[], at: number): number {
   switch (pending.op) {
-    case HostOp.admit: {
-      const refusedAt = Number(answer[at++]);
-      at = readInto(pending.readings, answer, at);
-      pending.resolve(refusedAt);
-      return at;
-    }
-    case HostOp.peek:
-      at = readInto(pending.readings, answer, at);
-      pending.resolve(undefined);
-      return at;
     case HostOp.claim: {
       const found = answer[at++];
       pending.resolve(typeof found === 'string' ? found : undefined);
@@ -313,23 +205,6 @@ function settle(pending: Pending, answer: readonly HostValue[], at: number): num
       pending.resolve(undefined);
       return at;
   }
-}
-
-/** `count, resetAt` pairs into each reading. */
-function readInto(
-  readings: CounterReading[] | undefined,
-  answer: readonly HostValue[],
-  at: number,
-): number {
-  for (const reading of readings ?? []) {
-    reading.count = Number(answer[at++]);
-    reading.resetAt = Number(answer[at++]);
-  }
-  return at;
-}
-
-function unregistered(): Error {
-  return new Error('HostClient: a counter used before it was registered with the host');
 }
 
 function messageOf(error: unknown): string {

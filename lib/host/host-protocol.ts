@@ -1,6 +1,6 @@
 /**
  * What the worker threads of one process and their host thread say to each other over a
- * `MessagePort`, so the in-memory limits and idempotency records are one set for the process.
+ * `MessagePort`, so the idempotency records kept in memory are one set for the process.
  *
  * Each message is a flat array of primitives (strings, numbers, booleans, `null`), never an object
  * per operation: structured cloning copies a flat array in one pass.
@@ -9,8 +9,8 @@
  *   each its code followed by its arguments (see `HostOp`).
  * - The host runs the batch's operations in order, each in one synchronous step, and answers with
  *   one message when at least one of them answers (registrations answer nothing): for each
- *   answering operation, in order, a status, then its values when the status is `OK`, nothing
- *   when it is `FULL`, one message string when it is `FAILED`.
+ *   answering operation, in order, a status, then its value when the status is `OK` and the
+ *   operation answers one, nothing when it is `FULL`, one message string when it is `FAILED`.
  *
  * A port delivers its messages in order, so the answers come in the order of the batches and a
  * registration reaches the host before any operation that uses it.
@@ -18,27 +18,14 @@
 
 /** The operation codes, each with the arguments that follow it in a batch. */
 export const HostOp = {
-  /** `id, prefix, windowMs, rolling, ipv4KeyPrefix`: names one scope's counters `id` on this port. */
-  registerCounters: 1,
   /** `id, name, maxRecords | null, maxCharacters | null`: names a record store `id` on this port. */
-  registerRecords: 2,
-  /**
-   * `scale, n`, then `counterId, key, limit, enforced` n times. Answers `refusedAt`, then `count,
-   * resetAt` n times.
-   */
-  admit: 3,
-  /** `scale, n`, then `counterId, key` n times. Answers `count, resetAt` n times. */
-  peek: 4,
-  /** `counterId, key`. Answers nothing past its status. */
-  decrement: 5,
-  /** `counterId, key`: the key's local counts forgotten. Answers nothing past its status. */
-  reset: 6,
+  registerRecords: 1,
   /** `recordsId, name, claim, ttlMs`. Answers the record found, or `null` when written. */
-  claim: 7,
+  claim: 2,
   /** `recordsId, name, claim, record, ttlMs`. Answers `true` when settled. */
-  settle: 8,
+  settle: 3,
   /** `recordsId, name, claim`. Answers nothing past its status. */
-  release: 9,
+  release: 4,
 } as const;
 export type HostOp = (typeof HostOp)[keyof typeof HostOp];
 
@@ -55,23 +42,11 @@ export type HostStatus = (typeof HostStatus)[keyof typeof HostStatus];
 /** A value a message may carry. */
 export type HostValue = string | number | boolean | null;
 
-/**
- * One scope's counters as the host keeps them: the same descriptor from two workers is the same
- * counters, as the same Redis prefix would be.
- */
-export interface CounterDescriptor {
-  /** The scope's prefix, as given to `countersFor()`. */
-  readonly prefix: string;
-  readonly windowMs: number;
-  readonly rolling: boolean;
-  readonly ipv4KeyPrefix: string;
-}
-
 /** The host cannot be reached: its port closed, or the host thread is gone. */
 export class HostUnavailableError extends Error {
   override readonly name = 'HostUnavailableError';
   constructor(readonly why: string) {
-    super(`the host thread of the shared limits cannot be reached: ${why}`);
+    super(`the host thread of the shared records cannot be reached: ${why}`);
   }
 }
 
@@ -79,6 +54,6 @@ export class HostUnavailableError extends Error {
 export class HostOperationError extends Error {
   override readonly name = 'HostOperationError';
   constructor(message: string) {
-    super(`the host thread of the shared limits failed an operation: ${message}`);
+    super(`the host thread of the shared records failed an operation: ${message}`);
   }
 }

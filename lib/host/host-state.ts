@@ -5,51 +5,35 @@ import {
   MemoryIdempotencyStore,
   type MemoryIdempotencyStoreOptions,
 } from '../idempotency/store';
-import {
-  admitLocal,
-  LocalCounters,
-  type LocalCounterRequest,
-  peekLocal,
-} from '../rate-limit/admission-store';
-import type { CounterReading } from '../rate-limit/compact-memory-store';
-import { type CounterDescriptor, HostOp, HostStatus, type HostValue } from './host-protocol';
+import { HostOp, HostStatus, type HostValue } from './host-protocol';
 
 /**
- * The in-memory limits and idempotency records of one process, kept on one thread (the host,
- * normally the main thread) for every worker thread that serves the process's port. Each worker
- * gets a port from `connect()` and sends its operations there (`HostClient`); the host runs each
- * one in a single synchronous step with the same code a single-threaded process runs, so the
- * workers together count exactly as one instance would.
+ * The idempotency records kept in memory by one process, on one thread (the host, normally the
+ * main thread) for every worker thread that serves the process's port. Each worker gets a port
+ * from `connect()` and sends its operations there (`HostClient`); the host runs each one in a
+ * single synchronous step with the same code a single-threaded process runs, so one claim of a
+ * key wins whatever worker its requests reach.
  *
- * Counters are kept per descriptor (prefix, window, kind, IPv4 prefix) and record stores per name:
- * what two workers register alike they share. The host's ports do not keep its thread alive: a
- * worker's own handle does that for as long as the worker runs.
+ * Record stores are kept per name: what two workers register alike they share. The host's ports
+ * do not keep its thread alive: a worker's own handle does that for as long as the worker runs.
  */
 
 export interface HostStateOptions {
-  /** The counters' clock (ms since epoch). Defaults to `Date.now`. */
-  readonly now?: (() => number) | undefined;
   /** The records' clock, one that never steps back. Defaults to `performance.now()`. */
   readonly recordsNow?: (() => number) | undefined;
 }
 
 const HOST_STATE_OPTION_CHECKS: OptionChecks<HostStateOptions> = {
-  now: isFunction,
   recordsNow: isFunction,
 };
 
-/** The host keeps no keys-seen-full of its own (workers keep those for Redis): one slot. */
-const HOST_FULL_KEYS = 1;
-
-/** One worker's port and the counters and stores it named, by the numbers it gave them. */
+/** One worker's port and the stores it named, by the numbers it gave them. */
 interface Connection {
   readonly port: MessagePort;
-  /** Each number's counters, or why the host could not make them. */
-  readonly counters: (LocalCounters | string | undefined)[];
   readonly records: (MemoryIdempotencyStore | undefined)[];
 }
 
-/** Scopes and record stores one worker may name, at most: far more than a process makes. */
+/** Record stores one worker may name, at most: far more than a process makes. */
 const MAX_ID = 2 ** 20;
 
 /** A batch the worker sent that is not what `HostClient` sends: the port is closed. */
@@ -73,7 +57,7 @@ class BatchReader {
     return value;
   }
 
-  /** A number a worker gave one of its scopes or record stores: a whole number below `MAX_ID`. */
+  /** A number a worker gave one of its record stores: a whole number below `MAX_ID`. */
   id(): number {
     const value = this.number();
     if (!Number.isInteger(value) || value < 0 || value >= MAX_ID) {
@@ -88,12 +72,6 @@ class BatchReader {
     return value;
   }
 
-  boolean(): boolean {
-    const value = this.values[this.at++];
-    if (typeof value !== 'boolean') throw new ProtocolError(`expected a boolean at ${this.at - 1}`);
-    return value;
-  }
-
   optionalNumber(): number | undefined {
     const value = this.values[this.at];
     if (value !== null) return this.number();
@@ -103,18 +81,13 @@ class BatchReader {
 }
 
 export class HostState {
-  private readonly now: () => number;
   private readonly recordsNow: (() => number) | undefined;
-  private readonly counters = new Map<string, LocalCounters>();
   private readonly records = new Map<string, MemoryIdempotencyStore>();
   private readonly connections = new Set<Connection>();
   private closed = false;
-  /** A scratch reading for the operations that answer one. */
-  private readonly readings: CounterReading[] = [];
 
   constructor(options: HostStateOptions = {}) {
     checkOptions('HostState', options, HOST_STATE_OPTION_CHECKS);
-    this.now = options.now ?? Date.now;
     this.recordsNow = options.recordsNow;
   }
 
@@ -125,7 +98,7 @@ export class HostState {
   connect(): MessagePort {
     if (this.closed) throw new Error('HostState: connect() after close()');
     const { port1, port2 } = new MessageChannel();
-    const connection: Connection = { port: port1, counters: [], records: [] };
+    const connection: Connection = { port: port1, records: [] };
     this.connections.add(connection);
     port1.on('message', (message: unknown) => {
       this.serve(connection, message);
@@ -143,13 +116,11 @@ export class HostState {
     return this.connections.size;
   }
 
-  /** Closes every port (pending operations of the workers fail) and drops every count and record. */
+  /** Closes every port (pending operations of the workers fail) and drops every record. */
   close(): void {
     this.closed = true;
     for (const connection of this.connections) connection.port.close();
     this.connections.clear();
-    for (const counters of this.counters.values()) counters.shutdown();
-    this.counters.clear();
     this.records.clear();
   }
 
@@ -177,62 +148,12 @@ export class HostState {
   private runOne(connection: Connection, batch: BatchReader, answer: HostValue[]): void {
     const op = batch.number();
     switch (op) {
-      case HostOp.registerCounters: {
-        const id = batch.id();
-        const descriptor: CounterDescriptor = {
-          prefix: batch.string(),
-          windowMs: batch.number(),
-          rolling: batch.boolean(),
-          ipv4KeyPrefix: batch.string(),
-        };
-        try {
-          connection.counters[id] = this.countersOf(descriptor);
-        } catch (error) {
-          connection.counters[id] = `the counters could not be made: ${messageOf(error)}`;
-        }
-        return;
-      }
       case HostOp.registerRecords: {
         const id = batch.id();
         const name = batch.string();
         const maxRecords = batch.optionalNumber();
         const maxCharacters = batch.optionalNumber();
         connection.records[id] = this.recordsOf(name, { maxRecords, maxCharacters });
-        return;
-      }
-      case HostOp.admit:
-      case HostOp.peek: {
-        const scale = batch.number();
-        const n = batch.number();
-        const requests: LocalCounterRequest[] = [];
-        let missing: string | undefined;
-        for (let i = 0; i < n; i++) {
-          const counter = counterAt(connection, batch.id());
-          const key = batch.string();
-          const limit = op === HostOp.admit ? batch.number() : 0;
-          const enforced = op === HostOp.admit ? batch.boolean() : false;
-          if (typeof counter === 'string') missing = counter;
-          else requests.push({ counter, key, limit, enforced });
-        }
-        if (missing !== undefined) {
-          failed(answer, missing);
-          return;
-        }
-        this.runCounts(op === HostOp.admit, requests, scale, answer);
-        return;
-      }
-      case HostOp.decrement:
-      case HostOp.reset: {
-        const counter = counterAt(connection, batch.id());
-        const key = batch.string();
-        if (typeof counter === 'string') {
-          failed(answer, counter);
-          return;
-        }
-        attempt(answer, () => {
-          if (op === HostOp.decrement) counter.memory.decrement(key);
-          else counter.memory.resetKey(key);
-        });
         return;
       }
       case HostOp.claim: {
@@ -278,58 +199,6 @@ export class HostState {
     }
   }
 
-  /** An admission or a reading over host counters, its readings appended to the answer. */
-  private runCounts(
-    admit: boolean,
-    requests: readonly LocalCounterRequest[],
-    scale: number,
-    answer: HostValue[],
-  ): void {
-    const readings = this.readings;
-    while (readings.length < requests.length) readings.push({ count: 0, resetAt: 0 });
-    for (let i = 0; i < requests.length; i++) {
-      const reading = readings[i];
-      if (reading === undefined) continue;
-      reading.count = 0;
-      reading.resetAt = 0;
-    }
-    readings.length = requests.length;
-    let refusedAt = -1;
-    try {
-      if (admit) refusedAt = admitLocal(requests, readings, scale);
-      else peekLocal(requests, readings, scale);
-    } catch (error) {
-      failed(answer, messageOf(error));
-      return;
-    }
-    answer.push(HostStatus.OK);
-    if (admit) answer.push(refusedAt);
-    for (const reading of readings) answer.push(reading.count, reading.resetAt);
-  }
-
-  /** The counters of `descriptor`, made the first time any worker names them. */
-  private countersOf(descriptor: CounterDescriptor): LocalCounters {
-    const name = JSON.stringify([
-      descriptor.prefix,
-      descriptor.windowMs,
-      descriptor.rolling,
-      descriptor.ipv4KeyPrefix,
-    ]);
-    let counters = this.counters.get(name);
-    if (counters === undefined) {
-      counters = new LocalCounters(
-        descriptor.prefix,
-        descriptor.windowMs,
-        descriptor.rolling,
-        HOST_FULL_KEYS,
-        this.now,
-        descriptor.ipv4KeyPrefix,
-      );
-      this.counters.set(name, counters);
-    }
-    return counters;
-  }
-
   /** The record store named `name`, made with the bounds of the first worker that names it. */
   private recordsOf(
     name: string,
@@ -342,11 +211,6 @@ export class HostState {
     }
     return store;
   }
-}
-
-/** The counters a connection named `id`, or why there are none. */
-function counterAt(connection: Connection, id: number): LocalCounters | string {
-  return connection.counters[id] ?? `no counters were registered as ${id}`;
 }
 
 /** Runs one operation and appends its status and value (none for `undefined`). */

@@ -1,4 +1,3 @@
-import type { HostClient } from '../host/host-client';
 import {
   checkOptions,
   isFunction,
@@ -18,6 +17,7 @@ import { ADMIT_SCRIPT, DECREMENT_SCRIPT, READ_SCRIPT } from './admission-scripts
 import { type RedisCommandFn, type RedisReply, redisCommandFn, scriptSha1 } from './redis-commands';
 import type { RedisHealth } from './redis-health';
 import { type LocalWindows, RollingWindows } from './rolling-windows';
+import type { SharedCounters } from './shared-counters';
 import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
 
 /**
@@ -36,9 +36,8 @@ import { type LimiterRedis, MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
  * - In memory (no Redis, or Redis unusable): the same check in one synchronous step over each
  *   scope's local windows (`RollingWindows` or `CompactMemoryStore`); while Redis is unusable
  *   the local count is multiplied by `expectedInstances`, so N gateways admit about one limit
- *   between them. With a `host`, those windows are the host thread's, shared by every worker
- *   thread of the process: each in-memory operation is sent there and runs there in one
- *   synchronous step (`admitLocal()`, `peekLocal()`), so the workers count as one instance.
+ *   between them. With `sharedCounters`, those windows are in memory every worker thread of the
+ *   process shares, and the step runs under its lock, so the workers count as one instance.
  * - Keys seen full (count at their limit) are remembered with that count until they next have
  *   room (their oldest admission leaves a rolling window; a fixed window ends), and refused
  *   without asking Redis while the limit asked for is not above the count: the limit is the
@@ -96,12 +95,15 @@ export class LocalCounters {
     private readonly maxFullKeys: number,
     private readonly now: () => number,
     ipv4KeyPrefix = DEFAULT_IPV4_KEY_PREFIX,
+    shared?: SharedCounters,
   ) {
     this.prefix = rolling ? `${prefix}rolling:` : prefix;
     this.flags = rolling ? 'r' : '';
     this.windowArg = String(windowMs);
     this.ipv4KeyPrefix = ipv4KeyPrefix;
-    if (rolling) {
+    if (shared !== undefined) {
+      this.memory = shared.windows({ prefix: this.prefix, windowMs, rolling }, now);
+    } else if (rolling) {
       this.memory = new RollingWindows({ windowMs, now });
     } else {
       const memory = new CompactMemoryStore({ now, ipv4KeyPrefix });
@@ -190,11 +192,11 @@ export interface AdmissionStoreOptions {
   readonly maxFullKeys?: number | undefined;
   readonly now?: (() => number) | undefined;
   /**
-   * Keeps the in-memory counts on the host thread, shared with the other workers of the process;
-   * the host's counters run on the host's own clock. Redis, when usable, is asked as without it.
-   * `shutdown()` leaves the host's counters to the others; `HostState.close()` ends them.
+   * Keeps the in-memory counts in memory shared with the other worker threads of the process,
+   * each admission decided under its lock. Redis, when usable, is asked as without it.
+   * `shutdown()` leaves the shared counts to the others.
    */
-  readonly host?: HostClient | undefined;
+  readonly sharedCounters?: SharedCounters | undefined;
 }
 
 const DEFAULT_MAX_FULL_KEYS = 100_000;
@@ -213,7 +215,7 @@ const ADMISSION_STORE_OPTION_CHECKS: OptionChecks<AdmissionStoreOptions> = {
   expectedInstances: wholeNumber(1),
   maxFullKeys: wholeNumber(1),
   now: isFunction,
-  host: objectWith('a HostClient', ['admit', 'peek', 'registerCounters']),
+  sharedCounters: objectWith('a SharedCounters', ['enter', 'leave', 'windows']),
 };
 
 export class AdmissionStore {
@@ -223,7 +225,7 @@ export class AdmissionStore {
   private readonly now: () => number;
   private readonly shared: Shared | undefined;
   private readonly counters: LocalCounters[] = [];
-  private readonly host: HostClient | undefined;
+  private readonly sharedCounters: SharedCounters | undefined;
 
   constructor(options: AdmissionStoreOptions) {
     checkOptions('AdmissionStore', options, ADMISSION_STORE_OPTION_CHECKS);
@@ -231,7 +233,7 @@ export class AdmissionStore {
     this.expectedInstances = options.expectedInstances ?? 1;
     this.maxFullKeys = options.maxFullKeys ?? DEFAULT_MAX_FULL_KEYS;
     this.now = options.now ?? Date.now;
-    this.host = options.host;
+    this.sharedCounters = options.sharedCounters;
     const { redis } = options;
     if (redis !== undefined) {
       const send = redisCommandFn(redis.client);
@@ -259,15 +261,9 @@ export class AdmissionStore {
       this.maxFullKeys,
       this.now,
       options.ipv4KeyPrefix,
+      this.sharedCounters,
     );
     this.counters.push(counters);
-    // Made here first, so the host is only ever sent a scope this thread could make.
-    this.host?.registerCounters(counters, {
-      prefix,
-      windowMs,
-      rolling,
-      ipv4KeyPrefix: options.ipv4KeyPrefix ?? DEFAULT_IPV4_KEY_PREFIX,
-    });
     return counters;
   }
 
@@ -275,11 +271,7 @@ export class AdmissionStore {
   async admit(requests: readonly CounterRequest[]): Promise<AdmissionOutcome> {
     const readings = requests.map(emptyReading);
     const shared = this.shared;
-    if (shared === undefined) {
-      if (this.host === undefined)
-        return { refusedAt: admitLocal(requests, readings, 1), readings };
-      return { refusedAt: await this.host.admit(requests, readings, 1), readings };
-    }
+    if (shared === undefined) return { refusedAt: this.admitHere(requests, readings, 1), readings };
     const known = this.knownFull(requests, readings);
     if (known >= 0) return { refusedAt: known, readings };
     const sentAt = this.now();
@@ -290,11 +282,7 @@ export class AdmissionStore {
     // late, so a key is refused from memory only until its reset counted from the call.
     let late = 0;
     if (reply === undefined) {
-      const scale = this.expectedInstances;
-      refusedAt =
-        this.host === undefined
-          ? admitLocal(requests, readings, scale)
-          : await this.host.admit(requests, readings, scale);
+      refusedAt = this.admitHere(requests, readings, this.expectedInstances);
     } else {
       refusedAt = Number(reply[0]) - 1;
       const clock = Number(reply[1]);
@@ -318,9 +306,29 @@ export class AdmissionStore {
       return readings;
     }
     const scale = shared === undefined ? 1 : this.expectedInstances;
-    if (this.host === undefined) peekLocal(requests, readings, scale);
-    else await this.host.peek(requests, readings, scale);
+    this.sharedCounters?.enter();
+    try {
+      peekLocal(requests, readings, scale);
+    } finally {
+      this.sharedCounters?.leave();
+    }
     return readings;
+  }
+
+  /** `admitLocal()` in one step: under the shared counters' lock when they are shared. */
+  private admitHere(
+    requests: readonly CounterRequest[],
+    readings: CounterReading[],
+    scale: number,
+  ): number {
+    const shared = this.sharedCounters;
+    if (shared === undefined) return admitLocal(requests, readings, scale);
+    shared.enter();
+    try {
+      return admitLocal(requests, readings, scale);
+    } finally {
+      shared.leave();
+    }
   }
 
   /**
@@ -340,16 +348,13 @@ export class AdmissionStore {
         counter.prefix + key,
         counter.flags,
       ));
-    if (sent) return;
-    if (this.host === undefined) counter.memory.decrement(key);
-    else await this.host.decrement(counter, key);
+    if (!sent) counter.memory.decrement(key);
   }
 
   /** Forgets every count of `key`: in memory, and in Redis when usable. */
   async reset(counter: LocalCounters, key: string): Promise<void> {
     counter.forget(key);
-    if (this.host === undefined) counter.memory.resetKey(key);
-    else await this.host.reset(counter, key);
+    counter.memory.resetKey(key);
     const shared = this.shared;
     if (shared !== undefined) await this.send(shared, 'DEL', counter.prefix + key);
   }
@@ -475,8 +480,7 @@ export interface LocalCounterRequest {
 }
 
 /**
- * Reads the local counts into `readings`, each scaled by `scale`, counting nothing. Runs where the
- * windows live: in this thread, or on the host thread for the workers that share its counters.
+ * Reads the local counts into `readings`, each scaled by `scale`, counting nothing.
  */
 export function peekLocal(
   requests: readonly LocalCounterRequest[],
@@ -496,7 +500,7 @@ export function peekLocal(
  * The local check in one synchronous step, each count scaled by `scale`: the index of the first
  * enforced counter without room, or -1 after counting in every counter that has room. Nothing
  * else runs between its reads and its counts, so it is exact for every caller of the windows'
- * thread.
+ * thread, and for every thread when shared windows are read under their lock.
  */
 export function admitLocal(
   requests: readonly LocalCounterRequest[],

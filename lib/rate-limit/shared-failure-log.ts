@@ -1,7 +1,8 @@
-import { createHash, randomInt } from 'node:crypto';
+import { randomInt } from 'node:crypto';
 import { ConfigurationError } from '../errors';
 import { checkOptions, type OptionChecks, required, wholeNumber } from '../options';
 import type { FailureLog } from './failure-log';
+import { EMPTY_KIND, KEY_BYTES, KeyBytes, lock, unlock } from './shared-memory';
 import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
 
 /**
@@ -28,13 +29,6 @@ import { MAX_WINDOW_MS, MIN_WINDOW_MS } from './window';
 
 /** Ways per bucket: a key lives in one of the 8 ways of the bucket its hash picks. */
 export const WAYS = 8;
-/** The longest key stored as it is; a longer one is stored as its digest. */
-const KEY_BYTES = 47;
-const DIGEST_BYTES = 32;
-/** A way's kind: empty, a key of `kind - 1` bytes, or a digest. */
-const EMPTY = 0;
-const DIGEST = 255;
-
 const MAGIC = 0x54474642;
 const VERSION = 1;
 const HEADER_BYTES = 64;
@@ -55,22 +49,13 @@ const W_SPENT = 0;
 const W_COUNT = 8;
 const W_HEAD = 12;
 const W_KIND = 16;
-const W_KEY = 17;
 const W_TIMES = 64;
 
 /** The largest buffer made: a limit or `maxTrackedIps` that needs more is refused. */
 const MAX_BUFFER_BYTES = 2 ** 32;
 const DEFAULT_MAX_TRACKED_IPS = 100_000;
 
-/** Lock attempts by spinning before the thread sleeps. */
-const SPINS = 64;
-/** How long a waiting thread sleeps before it looks at the lock again, in milliseconds. */
-const WAIT_MS = 2;
-/**
- * A lock waited for this long is taken over: its holder is taken to have ended while holding it
- * (a thread stopped in the middle of a step), since a step holds it for microseconds.
- */
-export const STALE_LOCK_MS = 1000;
+export { STALE_LOCK_MS } from './shared-memory';
 
 export interface FailureBudgetBufferOptions {
   /** The failure budget's `limit`: failures allowed per IP per window. */
@@ -174,15 +159,11 @@ export class SharedFailureLog implements FailureLog {
   private readonly limit: number;
   private readonly windowMs: number;
   private readonly bucketMask: number;
-  private readonly seed: number;
   private readonly locksAt: number;
   private readonly waysAt: number;
   private readonly wayBytes: number;
-  /** The key last encoded: its kind and bytes (reused, so a call allocates nothing). */
-  private readonly scratch = new Uint8Array(KEY_BYTES);
-  private scratchKind = EMPTY;
-  private lastKey: string | undefined;
-  private lastBucket = 0;
+  /** The key last read or counted, in its stored form. */
+  private readonly keys: KeyBytes;
   /** The bucket whose lock this view holds inside `exclusive()`, or -1. */
   private held = -1;
 
@@ -223,7 +204,7 @@ export class SharedFailureLog implements FailureLog {
     this.limit = made.limit;
     this.windowMs = made.windowMs;
     this.bucketMask = geometry.buckets - 1;
-    this.seed = header[H_SEED] ?? 0;
+    this.keys = new KeyBytes(header[H_SEED] ?? 0);
     this.locksAt = geometry.locksAt;
     this.waysAt = geometry.waysAt;
     this.wayBytes = geometry.wayBytes;
@@ -329,33 +310,21 @@ export class SharedFailureLog implements FailureLog {
 
   /** The way holding the scratch key in `bucket`, as a byte offset, or -1. */
   private find(bucket: number): number {
-    const { bytes, scratch, scratchKind } = this;
-    const length = keyLength(scratchKind);
     let way = this.waysAt + bucket * WAYS * this.wayBytes;
     for (let slot = 0; slot < WAYS; slot++, way += this.wayBytes) {
-      if (bytes[way + W_KIND] !== scratchKind) continue;
-      let same = true;
-      for (let i = 0; i < length; i++) {
-        if (bytes[way + W_KEY + i] !== scratch[i]) {
-          same = false;
-          break;
-        }
-      }
-      if (same) return way;
+      if (this.keys.storedAt(this.bytes, way + W_KIND)) return way;
     }
     return -1;
   }
 
   /** A way of `bucket` emptied for the scratch key (`wayToReuse()`), as a byte offset. */
   private claim(bucket: number, at: number): number {
-    const { bytes, floats, words, scratch, scratchKind } = this;
+    const { floats, words } = this;
     const way = this.wayToReuse(bucket, at);
     floats[(way + W_SPENT) >> 3] = 0;
     words[(way + W_COUNT) >> 2] = 0;
     words[(way + W_HEAD) >> 2] = 0;
-    bytes[way + W_KIND] = scratchKind;
-    const length = keyLength(scratchKind);
-    for (let i = 0; i < length; i++) bytes[way + W_KEY + i] = scratch[i] ?? 0;
+    this.keys.storeAt(this.bytes, way + W_KIND);
     return way;
   }
 
@@ -374,7 +343,7 @@ export class SharedFailureLog implements FailureLog {
     let expired = -1;
     let way = this.waysAt + bucket * WAYS * this.wayBytes;
     for (let slot = 0; slot < WAYS; slot++, way += this.wayBytes) {
-      if (this.bytes[way + W_KIND] === EMPTY) return way;
+      if (this.bytes[way + W_KIND] === EMPTY_KIND) return way;
       if (expired !== -1) continue;
       const newest = this.newestOf(way);
       if (newest + this.windowMs <= at) {
@@ -400,52 +369,10 @@ export class SharedFailureLog implements FailureLog {
     return this.floats[((way + W_TIMES) >> 3) + ((head + count - 1) % this.limit)] ?? -Infinity;
   }
 
-  /** Encodes `key` into the scratch bytes and returns its bucket. */
+  /** Encodes `key` as the scratch key and returns its bucket. */
   private bucketOf(key: string): number {
-    // The scratch holds the last key's bytes: an attempt's check and count reuse them.
-    if (key === this.lastKey) return this.lastBucket;
-    this.encode(key);
-    const { scratch } = this;
-    const length = keyLength(this.scratchKind);
-    // FNV-1a from the buffer's seed, then a final mix of its bits.
-    let hash = (this.seed ^ 0x811c9dc5 ^ this.scratchKind) >>> 0;
-    for (let i = 0; i < length; i++) hash = Math.imul(hash ^ (scratch[i] ?? 0), 0x01000193);
-    hash ^= hash >>> 16;
-    hash = Math.imul(hash, 0x85ebca6b);
-    hash ^= hash >>> 13;
-    hash = Math.imul(hash, 0xc2b2ae35);
-    hash ^= hash >>> 16;
-    this.lastKey = key;
-    this.lastBucket = hash & this.bucketMask;
-    return this.lastBucket;
+    return this.keys.hash(key) & this.bucketMask;
   }
-
-  /** An ASCII key of at most `KEY_BYTES` as its bytes; any other as the digest of its UTF-8. */
-  private encode(key: string): void {
-    const { scratch } = this;
-    if (key.length <= KEY_BYTES) {
-      let ascii = true;
-      for (let i = 0; i < key.length; i++) {
-        const code = key.charCodeAt(i);
-        if (code > 0x7f) {
-          ascii = false;
-          break;
-        }
-        scratch[i] = code;
-      }
-      if (ascii) {
-        this.scratchKind = key.length + 1;
-        return;
-      }
-    }
-    scratch.set(createHash('sha256').update(key, 'utf8').digest());
-    this.scratchKind = DIGEST;
-  }
-}
-
-/** How many key bytes a way of `kind` holds. */
-function keyLength(kind: number): number {
-  return kind === DIGEST ? DIGEST_BYTES : kind - 1;
 }
 
 /** The header of a buffer made by `createFailureBudgetBuffer()`; a `ConfigurationError` if not. */
@@ -462,37 +389,4 @@ function headerOf(buffer: unknown): Uint32Array {
     );
   }
   return header;
-}
-
-/**
- * Takes the lock at `words[index]`: 0 is free, 1 held, 2 held with threads (maybe) waiting. A
- * thread spins a little, the holder being a few microseconds from done, then sleeps in
- * `Atomics.wait`, woken by the release or after `WAIT_MS`, and marks the lock 2 so that the
- * holder wakes it. After `STALE_LOCK_MS` it takes the lock as it is: a holder that ended holding
- * it would otherwise stop every thread that meets that bucket, for good.
- */
-function lock(words: Int32Array, index: number): void {
-  let state = Atomics.compareExchange(words, index, 0, 1);
-  if (state === 0) return;
-  for (let spin = 0; spin < SPINS; spin++) {
-    if (Atomics.load(words, index) === 0) {
-      state = Atomics.compareExchange(words, index, 0, 1);
-      if (state === 0) return;
-    }
-  }
-  if (state !== 2) state = Atomics.exchange(words, index, 2);
-  const staleAt = performance.now() + STALE_LOCK_MS;
-  while (state !== 0) {
-    if (performance.now() > staleAt) return;
-    Atomics.wait(words, index, 2, WAIT_MS);
-    state = Atomics.exchange(words, index, 2);
-  }
-}
-
-/** Releases the lock at `words[index]`, waking one waiting thread if any may wait. */
-function unlock(words: Int32Array, index: number): void {
-  if (Atomics.sub(words, index, 1) !== 1) {
-    Atomics.store(words, index, 0);
-    Atomics.notify(words, index, 1);
-  }
 }

@@ -11,10 +11,11 @@ import {
 } from '../../lib/rate-limit/admission-store';
 import type { RedisCommandClient } from '../../lib/rate-limit/redis-commands';
 import { RedisHealth, type RedisStatusSource } from '../../lib/rate-limit/redis-health';
+import { createSharedCountersBuffer, SharedCounters } from '../../lib/rate-limit/shared-counters';
 
 /**
- * The host gives the answers the process's own memory gives: one `AdmissionStore` with a host
- * (its counters on a `HostState` through a `HostClient`, both on the test's clock) and one without
+ * What the threads of a process share gives the answers the process's own memory gives: one
+ * `AdmissionStore` with shared counters (in a shared buffer, on the test's clock) and one without
  * go through the same random sequence of admissions over one to three scopes (fixed windows,
  * rolling windows, IPv4 keys, shadow scopes, per-request limits), readings, decrements, resets and
  * clock moves across window edges, and every refusal and reading is the same. Once with no Redis
@@ -136,7 +137,7 @@ async function run(on: Side, next: Step): Promise<unknown> {
   }
 }
 
-describe('AdmissionStore with a host answers as without one', () => {
+describe('AdmissionStore with shared counters answers as without them', () => {
   it.each([
     ['no Redis', false],
     ['an unusable Redis, three instances expected', true],
@@ -150,21 +151,22 @@ describe('AdmissionStore with a host answers as without one', () => {
           const client = new DownRedis();
           return { client, health: new RedisHealth(client, { now }) };
         };
-        const state = new HostState({ now });
-        const client = new HostClient(state.connect());
+        const sharedCounters = new SharedCounters(
+          createSharedCountersBuffer({ maxKeys: 64, maxTimes: 4096 }),
+        );
         const options = { windowMs: WINDOW_MS, expectedInstances: 3, now };
         const local = side(new AdmissionStore({ ...options, redis: redisOption() }));
-        const hosted = side(new AdmissionStore({ ...options, redis: redisOption(), host: client }));
+        const shared = side(
+          new AdmissionStore({ ...options, redis: redisOption(), sharedCounters }),
+        );
         try {
           for (const next of steps) {
             if (next.kind === 'wait') clock.ms += next.ms;
-            expect(await run(hosted, next)).toEqual(await run(local, next));
+            expect(await run(shared, next)).toEqual(await run(local, next));
           }
         } finally {
           local.store.shutdown();
-          hosted.store.shutdown();
-          client.close();
-          state.close();
+          shared.store.shutdown();
         }
       }),
       { numRuns: 60 },

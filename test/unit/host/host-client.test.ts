@@ -5,28 +5,23 @@ import { HostOperationError, HostUnavailableError } from '../../../lib/host/host
 import { HostState } from '../../../lib/host/host-state';
 import { ConfigurationError } from '../../../lib/errors';
 import { IdempotencyStoreError } from '../../../lib/idempotency/store';
-import { AdmissionStore, type LocalCounters } from '../../../lib/rate-limit/admission-store';
 
 /**
  * A `HostClient` and a `HostState` in one thread (a port works the same within a thread):
  *
  * - the operations called in one turn leave in one message of primitives, answered by one;
  * - the port keeps the event loop alive only while an answer is awaited;
- * - scopes registered alike by two clients are one set of counters, and differ by any part of
- *   their descriptor;
+ * - record stores named alike by two clients are one store;
  * - a closed port fails what waits and everything after it, with `HostUnavailableError`;
  * - the host's `full` arrives as `IdempotencyStoreError('full')`, a host failure as
  *   `HostOperationError`.
  */
 
-const WINDOW_MS = 60_000;
-
 interface Setup {
   readonly state: HostState;
   readonly port: MessagePort;
   readonly client: HostClient;
-  readonly store: AdmissionStore;
-  readonly counter: LocalCounters;
+  readonly records: HostIdempotencyStore;
 }
 
 const cleanups: (() => void)[] = [];
@@ -38,21 +33,17 @@ afterEach(() => {
 function setup(state = new HostState()): Setup {
   const port = state.connect();
   const client = new HostClient(port);
-  const store = new AdmissionStore({ windowMs: WINDOW_MS, host: client });
   cleanups.push(() => {
-    store.shutdown();
     client.close();
     state.close();
   });
-  return { state, port, client, store, counter: store.countersFor('rl:payments:') };
+  return {
+    state,
+    port,
+    client,
+    records: new HostIdempotencyStore({ host: client, name: 'setup' }),
+  };
 }
-
-const request = (counter: LocalCounters, key: string, limit: number) => ({
-  counter,
-  key,
-  limit,
-  enforced: true,
-});
 
 /** Whether the port keeps the event loop alive (Node's `hasRef()`, missing from the typings). */
 const hasRef = (port: MessagePort): boolean =>
@@ -66,16 +57,13 @@ const nextCheckPhase = (): Promise<void> =>
 
 describe('HostClient', () => {
   it('sends the operations of one turn in one message of primitives, answered by one', async () => {
-    const { store, counter } = setup();
+    const { records } = setup();
     const posted = jest.spyOn(MessagePort.prototype, 'postMessage');
-    const admissions = Array.from({ length: 5 }, () =>
-      store.admit([request(counter, 'account:{acct_1}', 3)]),
-    );
-    const reading = store.read([request(counter, 'account:{acct_1}', 3)]);
-    const outcomes = await Promise.all(admissions);
-    expect(outcomes.map((outcome) => outcome.refusedAt)).toEqual([-1, -1, -1, 0, 0]);
-    expect((await reading)[0]?.count).toBe(3);
-    // One batch (with the scope's registration) and one answer.
+    const claims = ['one', 'two', 'three'].map((claim) => records.claim('idem:{a}:1', claim, 1000));
+    const other = records.claim('idem:{a}:2', 'four', 1000);
+    expect(await Promise.all(claims)).toEqual([undefined, 'one', 'one']);
+    expect(await other).toBeUndefined();
+    // One batch (with the store's registration) and one answer.
     expect(posted).toHaveBeenCalledTimes(2);
     for (const [message] of posted.mock.calls) {
       expect(Array.isArray(message)).toBe(true);
@@ -86,51 +74,24 @@ describe('HostClient', () => {
   });
 
   it('keeps the event loop alive only while an answer is awaited', async () => {
-    const { port, store, counter } = setup();
+    const { port, records } = setup();
     expect(hasRef(port)).toBe(false);
-    const admitted = store.admit([request(counter, 'account:{acct_1}', 3)]);
+    const claimed = records.claim('idem:{a}:1', 'claim', 1000);
     await nextCheckPhase();
     expect(hasRef(port)).toBe(true);
-    await admitted;
+    await claimed;
     expect(hasRef(port)).toBe(false);
-  });
-
-  it('counts one set of counters per descriptor, whichever client registers it', async () => {
-    const state = new HostState();
-    const first = setup(state);
-    const second = setup(state);
-    const longer = second.store.countersFor('rl:payments:', { windowMs: 2 * WINDOW_MS });
-    const key = 'account:{acct_1}';
-    await first.store.admit([request(first.counter, key, 10)]);
-    await second.store.admit([request(second.counter, key, 10)]);
-    await second.store.admit([request(longer, key, 10)]);
-    const [shared] = await first.store.read([request(first.counter, key, 10)]);
-    const [own] = await second.store.read([request(longer, key, 10)]);
-    expect(shared?.count).toBe(2);
-    expect(own?.count).toBe(1);
-  });
-
-  it('takes back and forgets counts on the host', async () => {
-    const { store, counter } = setup();
-    const key = 'ip:203.0.113.7';
-    for (let i = 0; i < 3; i++) await store.admit([request(counter, key, 5)]);
-    await store.decrement(counter, key);
-    expect((await store.read([request(counter, key, 5)]))[0]?.count).toBe(2);
-    await store.reset(counter, key);
-    expect((await store.read([request(counter, key, 5)]))[0]?.count).toBe(0);
   });
 
   it('fails what waits when the host closes, and every later operation at once', async () => {
-    const { state, client, store, counter } = setup();
-    const waiting = store.admit([request(counter, 'account:{acct_1}', 3)]);
+    const { state, client, records } = setup();
+    const waiting = records.claim('idem:{a}:1', 'claim', 1000);
     await nextCheckPhase();
     state.close();
     await expect(waiting).rejects.toBeInstanceOf(HostUnavailableError);
     expect(client.closed).toBe(true);
     expect(client.pending).toBe(0);
-    await expect(store.read([request(counter, 'account:{acct_1}', 3)])).rejects.toThrow(
-      /cannot be reached/,
-    );
+    await expect(records.claim('idem:{a}:2', 'claim', 1000)).rejects.toThrow(/cannot be reached/);
   });
 
   it('lets the host drop a port its client closed', async () => {
@@ -140,16 +101,6 @@ describe('HostClient', () => {
     await nextCheckPhase();
     await new Promise((resolve) => setTimeout(resolve, 10));
     expect(state.connected).toBe(0);
-  });
-
-  it('refuses a counter it was never told of', async () => {
-    const { client } = setup();
-    const elsewhere = new AdmissionStore({ windowMs: WINDOW_MS });
-    cleanups.push(() => {
-      elsewhere.shutdown();
-    });
-    const stranger = elsewhere.countersFor('rl:other:');
-    await expect(client.decrement(stranger, 'account:{acct_1}')).rejects.toThrow(/registered/);
   });
 
   it('closes a port that sends what a client never sends', async () => {
@@ -215,14 +166,11 @@ describe('HostIdempotencyStore', () => {
 
 describe('the host options', () => {
   it('are checked as every option of the kit is', () => {
-    expect(() => new HostState({ now: 5 } as never)).toThrow(ConfigurationError);
+    expect(() => new HostState({ recordsNow: 5 } as never)).toThrow(ConfigurationError);
     const { client } = setup();
     expect(() => new HostIdempotencyStore({ host: client } as never)).toThrow(ConfigurationError);
     expect(
       () => new HostIdempotencyStore({ host: client, name: 'records', maxRecords: 0 }),
     ).toThrow(ConfigurationError);
-    expect(() => new AdmissionStore({ windowMs: WINDOW_MS, host: {} as never })).toThrow(
-      ConfigurationError,
-    );
   });
 });

@@ -1,21 +1,22 @@
 import { Worker } from 'node:worker_threads';
 import { HostState } from '../../../lib/host/host-state';
+import { createSharedCountersBuffer } from '../../../lib/rate-limit/shared-counters';
 import { distScript } from '../../helpers/process';
 
 /**
- * Real worker threads sharing one host: four workers, each with its own `HostClient` on a port
- * from one `HostState` (this thread), released together by a barrier on a shared array, all
- * asking for the same keys at once.
+ * Real worker threads sharing one process's counts: four workers, each with its own view of one
+ * buffer of shared counters and its own `HostClient` on a port from one `HostState` (this
+ * thread), released together by a barrier on a shared array, all asking for the same keys at once.
  *
  * - A fixed and a rolling window each admit exactly their limit in total, however the workers'
- *   batches interleave on the host.
+ *   admissions interleave.
  * - A request meeting two scopes counts in both or in neither: each scope's count read back is
  *   exactly what the workers admitted that meets it, and the busier one admits exactly its limit.
  * - Four workers claiming the same idempotency names at once: one claim wins each name, and every
  *   other worker gets the winner's record.
  *
  * - A worker's port keeps it alive while it awaits an answer, and not once nothing is awaited: a
- *   worker that admits one request gets its answer, then exits on its own.
+ *   worker that claims one name gets its answer, then exits on its own.
  *
  * The workers run the compiled kit (`dist/`, built by `npm test` first), required by path.
  */
@@ -45,11 +46,11 @@ const { parentPort, workerData } = require('node:worker_threads');
 const { AdmissionStore } = require(workerData.modules.admission);
 const { HostClient } = require(workerData.modules.client);
 const { HostIdempotencyStore } = require(workerData.modules.records);
-const { MemoryIdempotencyStore } = require(workerData.modules.memory);
+const { SharedCounters } = require(workerData.modules.counters);
 
 const barrier = new Int32Array(workerData.barrier);
-const host = workerData.useHost ? new HostClient(workerData.port) : undefined;
-const store = new AdmissionStore({ windowMs: 60000, host });
+const host = new HostClient(workerData.port);
+const store = new AdmissionStore({ windowMs: 60000, sharedCounters: new SharedCounters(workerData.counters) });
 
 /** Waits until every worker has added itself to \`slot\`. */
 function meet(slot) {
@@ -105,9 +106,7 @@ async function run() {
       return { ...result, counts: readings.map((reading) => reading.count) };
     };
   } else {
-    const records = host === undefined
-      ? new MemoryIdempotencyStore()
-      : new HostIdempotencyStore({ host, name: 'idempotency' });
+    const records = new HostIdempotencyStore({ host, name: 'idempotency' });
     work = async () => {
       const claims = [];
       for (let i = 0; i < workerData.names; i++) {
@@ -120,22 +119,21 @@ async function run() {
   Atomics.wait(barrier, ${GO}, 0);
   const result = await work();
   store.shutdown();
+  host.close();
   parentPort.postMessage({ result });
 }
 
 run().catch((error) => parentPort.postMessage({ error: String(error && error.stack || error) }));
 `;
 
-/** A worker that admits one request, reports it, and has nothing left to do. */
+/** A worker that claims one name, reports it, and has nothing left to do. */
 const IDLE_WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
-const { AdmissionStore } = require(workerData.modules.admission);
 const { HostClient } = require(workerData.modules.client);
-const store = new AdmissionStore({ windowMs: 60000, host: new HostClient(workerData.port) });
-const counter = store.countersFor('rl:idle:');
-store.admit([{ counter, key: 'account:{acct_1}', limit: 5, enforced: true }]).then((outcome) => {
-  store.shutdown();
-  parentPort.postMessage(outcome.refusedAt);
+const { HostIdempotencyStore } = require(workerData.modules.records);
+const records = new HostIdempotencyStore({ host: new HostClient(workerData.port), name: 'idle' });
+records.claim('idem:{acct_1}:key', 'claim', 60000).then((found) => {
+  parentPort.postMessage(found ?? null);
 });
 `;
 
@@ -161,6 +159,7 @@ async function runWorkers(scenario: Scenario): Promise<WorkerResult[]> {
   const barrier = new SharedArrayBuffer(2 * Int32Array.BYTES_PER_ELEMENT);
   const slots = new Int32Array(barrier);
   const modules = modulePaths();
+  const counters = createSharedCountersBuffer({ maxKeys: 16, maxTimes: 1024 });
   const workers: Worker[] = [];
   const results: Promise<WorkerResult>[] = [];
   const ready: Promise<void>[] = [];
@@ -173,8 +172,8 @@ async function runWorkers(scenario: Scenario): Promise<WorkerResult[]> {
         index,
         port,
         barrier,
+        counters,
         modules,
-        useHost: true,
         workers: WORKERS,
         requests: REQUESTS,
         round: ROUND,
@@ -221,7 +220,7 @@ function modulePaths(): Record<string, string> {
     admission: distScript('lib/rate-limit/admission-store.js'),
     client: distScript('lib/host/host-client.js'),
     records: distScript('lib/host/host-idempotency-store.js'),
-    memory: distScript('lib/idempotency/store.js'),
+    counters: distScript('lib/rate-limit/shared-counters.js'),
   };
 }
 
@@ -229,7 +228,7 @@ function sum(values: readonly number[]): number {
   return values.reduce((total, value) => total + value, 0);
 }
 
-describe('HostState with real worker threads', () => {
+describe('shared counts with real worker threads', () => {
   it.each(['fixed', 'rolling'] as const)(
     'admits exactly the limit in total in a %s window, four workers asking at once',
     async (scenario) => {
@@ -280,6 +279,6 @@ describe('HostState with real worker threads', () => {
     } finally {
       clearTimeout(timeout);
     }
-    expect(answers).toEqual([-1]);
+    expect(answers).toEqual([null]);
   });
 });

@@ -39,6 +39,22 @@ describe('ThreadShare', () => {
     }
   });
 
+  it('links every worker to one buffer of counters, bounded as asked', () => {
+    const share = new ThreadShare({ maxCountedKeys: 1000, maxCountedTimes: 1_000_000 });
+    const one = share.link();
+    const two = share.link();
+    expect(two.counters).toBe(one.counters);
+    // The keys, their buckets and the times, with a header and the scopes.
+    expect(one.counters.byteLength).toBeGreaterThan(1000 * 112 + 1_000_000 * 8);
+    expect(one.counters.byteLength).toBeLessThan(1000 * 112 + 1_000_000 * 8 + 2 ** 20);
+    share.close();
+  });
+
+  it('refuses bounds under which a key at the highest limit would not fit', () => {
+    expect(() => new ThreadShare({ maxCountedTimes: 999_999 })).toThrow(/maxCountedTimes.*1000000/);
+    expect(() => new ThreadShare({ maxCountedKeys: 0 })).toThrow(ConfigurationError);
+  });
+
   it('is refused by a gate counting another budget, naming both', () => {
     const share = new ThreadShare({ authFailureLimit: 5 });
     const link = share.link();
