@@ -676,7 +676,8 @@ class SharedWindows implements LocalWindows {
         return;
       }
       // A fixed window taken back before any hit starts then, with no hits, as a first hit would.
-      const id = this.live(key, this.now()) || this.created(key, this.now());
+      const now = this.now();
+      const id = this.live(key, now) || this.created(key, now);
       table.setCount(id, Math.max(0, table.count(id) - 1));
     } finally {
       table.leave();

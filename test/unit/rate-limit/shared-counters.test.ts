@@ -185,7 +185,9 @@ describe('SharedCounters', () => {
       () => clock.now,
     );
     const reading: CounterReading = { count: 0, resetAt: 0 };
+    // 'a' is the key admitted longest ago: only 'b' having left its window makes 'b' go first.
     long.hit('a', reading);
+    clock.now += 1;
     short.hit('b', reading);
     clock.now += WINDOW_MS;
     short.hit('c', reading);
